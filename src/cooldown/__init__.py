@@ -1,0 +1,37 @@
+"""Per-model cooldowns for rotating upstream LLM API keys in Flask gateways."""
+
+from __future__ import annotations
+
+from .config import FORWARDED_ENV, CooldownSettings, settings
+from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
+from .outcome import UpstreamOutcome, classify_upstream_outcome
+from .pools import (
+    CredentialPool,
+    NanoGPTKeyPool,
+    NanoGPTKeyPoolExhausted,
+    NanoGPTUnifiedKeyPool,
+    configured_nanogpt_keys,
+    is_nanogpt_credential_rejection,
+)
+from .store import MAX_ENTRIES, ModelCooldown, model_cooldown
+
+__all__ = [
+    "FORWARDED_ENV",
+    "MAX_ENTRIES",
+    "APIError",
+    "CooldownError",
+    "CooldownSettings",
+    "CredentialPool",
+    "ModelCooldown",
+    "ModelCooldownCapacity",
+    "ModelCooldownExhausted",
+    "NanoGPTKeyPool",
+    "NanoGPTKeyPoolExhausted",
+    "NanoGPTUnifiedKeyPool",
+    "UpstreamOutcome",
+    "classify_upstream_outcome",
+    "configured_nanogpt_keys",
+    "is_nanogpt_credential_rejection",
+    "model_cooldown",
+    "settings",
+]

@@ -1,0 +1,62 @@
+"""Exceptions a route can raise or let through; only the Flask module turns them into responses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+__all__ = ["APIError", "CooldownError", "ModelCooldownCapacity", "ModelCooldownExhausted"]
+
+
+class APIError(Exception):
+    """An error with an HTTP status and a JSON body, in the style of Flask's API-error pattern."""
+
+    def __init__(
+        self,
+        message: str,
+        status_code: int = 500,
+        payload: Mapping[str, object] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.payload = payload
+
+    def to_dict(self) -> dict[str, object]:
+        body = dict(self.payload or {})
+        body["message"] = self.message
+        return body
+
+
+class CooldownError(APIError):
+    """Selection refused to dispatch; `retry_after` is whole seconds, never below 1."""
+
+    http_status: ClassVar[int] = 500
+    code: ClassVar[str] = "model_cooldown"
+    template: ClassVar[str] = "Retry after {seconds} seconds."
+
+    def __init__(self, retry_after: int) -> None:
+        if isinstance(retry_after, bool) or not isinstance(retry_after, int):
+            raise TypeError("retry_after must be an int")
+        self.retry_after = max(1, retry_after)
+        super().__init__(
+            self.template.format(seconds=self.retry_after),
+            self.http_status,
+            {"error": self.code, "retry_after": self.retry_after},
+        )
+
+
+class ModelCooldownExhausted(CooldownError):
+    """Every configured key is cooling for this model or bucket; nothing was dispatched."""
+
+    http_status = 429
+    code = "model_cooldown"
+    template = "Every upstream key for this model is cooling down; retry after {seconds} seconds."
+
+
+class ModelCooldownCapacity(CooldownError):
+    """The observation store is full; new traffic is refused rather than losing a cooldown."""
+
+    http_status = 503
+    code = "model_cooldown_capacity"
+    template = "Cooldown tracking is at capacity; retry after {seconds} seconds."

@@ -1,0 +1,73 @@
+"""What both pool kinds share: the scoped-path decision and the recording arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..config import settings
+from ..outcome import UpstreamOutcome, classify_upstream_outcome
+
+__all__ = ["ScopedRecording", "scoped_settings", "status_code", "unique_stripped"]
+
+
+def unique_stripped(values: Iterable[object]) -> list[str]:
+    """Strip, skip empties and non-strings, and keep the first of any duplicate."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError("keys must be a sequence of strings, not a single string")
+    seen: dict[str, None] = {}
+    for value in values:
+        if isinstance(value, str) and value.strip():
+            seen.setdefault(value.strip(), None)
+    return list(seen)
+
+
+def status_code(status: object) -> int:
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError("status must be an int")
+    return status
+
+
+def scoped_settings(model: object, quota_bucket: object) -> int | None:
+    """The configured maximum when this call takes the scoped path, else `None`.
+
+    The scoped path needs the feature enabled and a non-empty model or bucket; anything
+    else keeps the legacy provider-wide behaviour.
+    """
+    for value, name in ((model, "model"), (quota_bucket, "quota_bucket")):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None")
+    if not (model or quota_bucket):
+        return None
+    current = settings()
+    return current.max_seconds if current.enabled else None
+
+
+@dataclass(frozen=True)
+class ScopedRecording:
+    """The evidence one scoped `record` call passes to the store."""
+
+    outcome: UpstreamOutcome
+    credential_wide_auth: bool
+
+    @classmethod
+    def from_call(
+        cls, status: int, outcome: UpstreamOutcome | None, credential_wide_auth: bool | None
+    ) -> ScopedRecording:
+        """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise."""
+        if outcome is None:
+            outcome = classify_upstream_outcome(status)
+        elif not isinstance(outcome, UpstreamOutcome):
+            raise TypeError("outcome must be an UpstreamOutcome or None")
+        if credential_wide_auth is None:
+            credential_wide_auth = status == 401
+        elif not isinstance(credential_wide_auth, bool):
+            raise TypeError("credential_wide_auth must be a bool or None")
+        return cls(outcome, credential_wide_auth)
+
+    @property
+    def rejected_wide(self) -> bool:
+        return self.outcome.credential_health == "rejected" and self.credential_wide_auth
+
+    def fallback(self, *, rejected: float, otherwise: float) -> float:
+        return rejected if self.outcome.credential_health == "rejected" else otherwise

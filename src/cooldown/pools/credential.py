@@ -1,0 +1,280 @@
+"""Codex Everywhere style provider pools: keys from numbered environment variables."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from ..outcome import UpstreamOutcome
+from ..store import model_cooldown, resolve_now
+from ._common import ScopedRecording, scoped_settings, status_code, unique_stripped
+
+__all__ = ["CredentialPool"]
+
+AUTH_REST_SECONDS = 300.0
+THROTTLE_REST_SECONDS = 60.0
+ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
+
+
+def _numbered_values(environ: Mapping[str, str], base: str) -> list[str]:
+    """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
+    numbered = []
+    marker = base + "_"
+    for name, value in environ.items():
+        suffix = name[len(marker) :] if name.startswith(marker) else ""
+        if suffix.isascii() and suffix.isdigit():
+            numbered.append((int(suffix), value))
+    numbered.sort(key=lambda item: item[0])
+    return [environ.get(base, ""), *(value for _, value in numbered)]
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    for name, value in headers.items():
+        if name.lower() == "authorization" and isinstance(value, str):
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+class CredentialPool:
+    """Provider key pools, used on the class: `CredentialPool.select("ce-gpt-plus")`.
+
+    Legacy behaviour (feature off, or no model/bucket on the call) rests a key provider-wide
+    in this class's own map. The scoped path records into the shared `model_cooldown` store
+    and only mirrors genuine credential-wide auth rejections into the legacy map.
+    """
+
+    _lock: ClassVar[threading.RLock] = threading.RLock()
+    _rest_until: ClassVar[dict[tuple[str, str], float]] = {}
+    _providers: ClassVar[dict[str, str]] = {
+        "ce-gpt-plus": f"{ENV_PREFIX}_GPT_PLUS_POOL",
+        "ce-gpt-pro": f"{ENV_PREFIX}_GPT_PRO_POOL",
+        "ce-grok-heavy": f"{ENV_PREFIX}_GROK_HEAVY",
+        "ce-claude-kiro-cheap": f"{ENV_PREFIX}_CLAUDE_UNSTABLE",
+        "ce-claude-kiro": f"{ENV_PREFIX}_CLAUDE_KIRO",
+        "ce-claude-max": f"{ENV_PREFIX}_CLAUDE_MAX",
+        "ce-image": f"{ENV_PREFIX}_GPT_IMAGE",
+    }
+
+    # -- registry -----------------------------------------------------------------------------
+
+    @classmethod
+    def register(cls, provider: str, base_env: str) -> None:
+        """Pool `provider`'s keys from `base_env` and `base_env_<n>`."""
+        if not isinstance(provider, str) or not provider:
+            raise ValueError("provider must be a non-empty str")
+        if not isinstance(base_env, str) or not base_env:
+            raise ValueError("base_env must be a non-empty str")
+        with cls._lock:
+            cls._providers[provider] = base_env
+
+    @classmethod
+    def pooled(cls, provider: str) -> bool:
+        return provider in cls._providers
+
+    @classmethod
+    def keys(cls, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
+        """The configured keys in order; `[]` for a provider that is not registered."""
+        base = cls._providers.get(provider)
+        if base is None:
+            return []
+        return unique_stripped(_numbered_values(os.environ if environ is None else environ, base))
+
+    # -- recording ----------------------------------------------------------------------------
+
+    @classmethod
+    def record(
+        cls,
+        provider: str,
+        key: str | None,
+        status: int,
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        outcome: UpstreamOutcome | None = None,
+        credential_wide_auth: bool | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        """Learn from one upstream answer made with `key`."""
+        status = status_code(status)
+        max_seconds = scoped_settings(model, quota_bucket)
+        if key is None or key == "" or provider not in cls._providers:
+            return
+        if not isinstance(key, str):
+            raise TypeError("key must be a str")
+        current_time = resolve_now(now)
+        if max_seconds is None:
+            cls._record_legacy(provider, key, status, current_time)
+            return
+        evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
+        with cls._lock:
+            deadline = model_cooldown.record(
+                provider,
+                key,
+                evidence.outcome,
+                model=model,
+                quota_bucket=quota_bucket,
+                credential_wide_auth=evidence.credential_wide_auth,
+                retry_after_seconds=retry_after_seconds,
+                fallback_seconds=evidence.fallback(
+                    rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
+                ),
+                max_seconds=max_seconds,
+                now=current_time,
+            )
+            if evidence.rejected_wide and deadline is not None:
+                # Unscoped selection must see a genuine auth failure too.
+                rest = cls._rest_until.get((provider, key), 0.0)
+                cls._rest_until[(provider, key)] = max(rest, deadline)
+
+    @classmethod
+    def _record_legacy(cls, provider: str, key: str, status: int, now: float) -> None:
+        with cls._lock:
+            if status in (401, 402, 403):
+                cls._rest_until[(provider, key)] = now + AUTH_REST_SECONDS
+            elif status == 429:
+                cls._rest_until[(provider, key)] = now + THROTTLE_REST_SECONDS
+            elif 200 <= status < 300:
+                cls._rest_until.pop((provider, key), None)
+
+    @classmethod
+    def record_headers(
+        cls,
+        provider: str,
+        headers: Mapping[str, str],
+        status: int,
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        outcome: UpstreamOutcome | None = None,
+        credential_wide_auth: bool | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        """`record` for the key in the request's `Authorization: Bearer` header."""
+        key = bearer_token(headers)
+        if key is not None:
+            cls.record(
+                provider,
+                key,
+                status,
+                now=now,
+                model=model,
+                quota_bucket=quota_bucket,
+                outcome=outcome,
+                credential_wide_auth=credential_wide_auth,
+                retry_after_seconds=retry_after_seconds,
+            )
+
+    # -- selection ----------------------------------------------------------------------------
+
+    @classmethod
+    def _legacy_rests(cls, provider: str, keys: Sequence[str], now: float) -> dict[str, float]:
+        """Live legacy rests of these keys; expired ones are dropped on the way."""
+        rests = {}
+        for key in keys:
+            rest = cls._rest_until.get((provider, key))
+            if rest is None:
+                continue
+            if rest > now:
+                rests[key] = rest
+            else:
+                del cls._rest_until[(provider, key)]
+        return rests
+
+    @classmethod
+    def available(
+        cls,
+        provider: str,
+        keys: Sequence[str] | None = None,
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+    ) -> list[str]:
+        """The keys free for this call, in configured order (may be empty)."""
+        return cls._filter(provider, keys, now, model, quota_bucket, raise_when_empty=False)
+
+    @classmethod
+    def eligible(
+        cls,
+        provider: str,
+        keys: Sequence[str] | None = None,
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+    ) -> list[str]:
+        """`available`, except that a scoped all-cooling pool raises the 429 `select` would."""
+        return cls._filter(provider, keys, now, model, quota_bucket, raise_when_empty=True)
+
+    @classmethod
+    def _filter(
+        cls,
+        provider: str,
+        keys: Sequence[str] | None,
+        now: float | None,
+        model: str | None,
+        quota_bucket: str | None,
+        *,
+        raise_when_empty: bool,
+    ) -> list[str]:
+        max_seconds = scoped_settings(model, quota_bucket)
+        candidates = cls.keys(provider) if keys is None else list(keys)
+        current_time = resolve_now(now)
+        with cls._lock:
+            rests = cls._legacy_rests(provider, candidates, current_time)
+            if max_seconds is None:
+                return [key for key in candidates if key not in rests]
+            filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
+            return filter_keys(
+                provider,
+                candidates,
+                model=model,
+                quota_bucket=quota_bucket,
+                max_seconds=max_seconds,
+                now=current_time,
+                legacy_rest_until=rests,
+            )
+
+    @classmethod
+    def select(
+        cls,
+        provider: str,
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+    ) -> str | None:
+        """The key to dispatch with, or `None` when none is configured.
+
+        Legacy: when every key rests, the first configured key (the old fallback).
+        Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched.
+        """
+        max_seconds = scoped_settings(model, quota_bucket)
+        candidates = cls.keys(provider)
+        current_time = resolve_now(now)
+        with cls._lock:
+            rests = cls._legacy_rests(provider, candidates, current_time)
+            if max_seconds is None:
+                free = [key for key in candidates if key not in rests]
+                return free[0] if free else (candidates[0] if candidates else None)
+            return model_cooldown.select(
+                provider,
+                candidates,
+                model=model,
+                quota_bucket=quota_bucket,
+                max_seconds=max_seconds,
+                now=current_time,
+                legacy_rest_until=rests,
+            )
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget every legacy rest (tests); registered providers stay."""
+        with cls._lock:
+            cls._rest_until.clear()

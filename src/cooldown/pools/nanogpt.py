@@ -1,0 +1,438 @@
+"""NanoGPT pools: one validated active key at a time, revalidated by TTL and request count."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
+
+from ..outcome import UpstreamOutcome, classify_upstream_outcome
+from ..store import model_cooldown, resolve_now
+from ._common import ScopedRecording, scoped_settings, status_code, unique_stripped
+
+__all__ = [
+    "NanoGPTKeyPool",
+    "NanoGPTKeyPoolExhausted",
+    "NanoGPTUnifiedKeyPool",
+    "configured_nanogpt_keys",
+    "is_nanogpt_credential_rejection",
+]
+
+logger = logging.getLogger("cooldown")
+
+REJECTION_STATUSES = frozenset({401, 402, 403, 429})
+AUTH_STATUSES = frozenset({401, 402, 403})
+AMBIGUOUS_KEEP_SECONDS = 30.0
+_PROBE_ERRORS = (OSError, RuntimeError, TypeError, ValueError)
+_DIRECT_ENV = ("NANOGPT_API_KEY", "NANO_GPT_KEY")
+_LIST_ENV = ("NANOGPT_API_KEYS", "NANO_GPT_KEYS")
+_NUMBERED_PREFIXES = ("NANOGPT_API_KEY_", "NANO_GPT_KEY_")
+_PREFERRED_INDEX_ENV = "NANOGPT_PREFERRED_KEY_INDEX"
+
+
+class NanoGPTKeyPoolExhausted(RuntimeError):
+    """No configured NanoGPT key can be used right now (legacy, not a model cooldown)."""
+
+
+def is_nanogpt_credential_rejection(status: object) -> bool:
+    return isinstance(status, int) and not isinstance(status, bool) and status in REJECTION_STATUSES
+
+
+def _list_values(raw: str) -> list[str]:
+    """A JSON array of strings, or comma/newline separated values."""
+    text = raw.strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list):
+            return [item for item in parsed if isinstance(item, str)]
+    return re.split(r"[,\n]", text)
+
+
+def configured_nanogpt_keys(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Discover NanoGPT keys: direct, then lists, then numbered; preferred index first."""
+    env = os.environ if environ is None else environ
+    indexed: list[tuple[int | None, str]] = [(0, env.get(name, "")) for name in _DIRECT_ENV]
+    for name in _LIST_ENV:
+        indexed.extend((None, value) for value in _list_values(env.get(name, "")))
+    numbered = []
+    for rank, prefix in enumerate(_NUMBERED_PREFIXES):
+        for name, value in env.items():
+            suffix = name[len(prefix) :] if name.startswith(prefix) else ""
+            if suffix.isascii() and suffix.isdigit():
+                numbered.append((int(suffix), rank, value))
+    numbered.sort(key=lambda item: item[:2])
+    indexed.extend((index, value) for index, _, value in numbered)
+    preferred = env.get(_PREFERRED_INDEX_ENV, "").strip()
+    if preferred.isascii() and preferred.isdigit():
+        indexed.sort(key=lambda item: item[0] != int(preferred))  # stable: order kept otherwise
+    return unique_stripped([value for _, value in indexed])
+
+
+def _seconds(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
+        raise TypeError(f"{name} must be a number")
+    return max(1.0, float(value))  # every duration is at least one second
+
+
+def _probe_status(probe: Callable[[str], int], key: str) -> int | None:
+    """The probe's HTTP status, or `None` when the answer proves nothing about the key."""
+    try:
+        status = probe(key)
+    except _PROBE_ERRORS as error:
+        logger.warning("NanoGPT key probe failed (%s); result is ambiguous", type(error).__name__)
+        return None
+    if isinstance(status, bool) or not isinstance(status, int):
+        logger.warning("NanoGPT key probe returned a non-integer status; result is ambiguous")
+        return None
+    return status
+
+
+class _ValidatedKeyPool:
+    """Shared algorithm of the NanoGPT pools; each subclass gets its own state and lock."""
+
+    namespace: ClassVar[str]
+    active_key: ClassVar[str | None]
+    active_until: ClassVar[float]
+    active_requests: ClassVar[int]
+    rejected_until: ClassVar[dict[str, float]]
+    _lock: ClassVar[threading.RLock]
+
+    def __init_subclass__(cls, *, namespace: str, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.namespace = namespace
+        cls._lock = threading.RLock()  # re-entrant: a probe may record into its own pool
+        cls.rejected_until = {}
+        cls._clear_active()
+
+    @classmethod
+    def _clear_active(cls) -> None:
+        cls.active_key = None
+        cls.active_until = 0.0
+        cls.active_requests = 0
+
+    @classmethod
+    def _activate(cls, key: str, ttl: float, now: float) -> str:
+        cls.active_key = key
+        cls.active_until = now + ttl
+        cls.active_requests = 0
+        return key
+
+    @classmethod
+    def _forget_stale(cls, configured: Sequence[str], now: float) -> None:
+        """Drop expired or unconfigured rejections and an unconfigured active key."""
+        cls.rejected_until = {
+            key: until
+            for key, until in cls.rejected_until.items()
+            if until > now and key in configured
+        }
+        if cls.active_key not in configured:
+            cls._clear_active()
+
+    @classmethod
+    def _active_first(cls, keys: Sequence[str]) -> list[str]:
+        active = cls.active_key
+        first = [active] if active is not None and active in keys else []
+        return first + [key for key in keys if key != active]
+
+    @classmethod
+    def _reject(
+        cls, key: str, status: int, auth_seconds: float, throttle_seconds: float, now: float
+    ) -> None:
+        """Legacy rejection: a new one replaces the old deadline."""
+        if status in AUTH_STATUSES:
+            cls.rejected_until[key] = now + auth_seconds
+        elif status == 429:
+            cls.rejected_until[key] = now + throttle_seconds
+
+    @classmethod
+    def _record_scoped(
+        cls,
+        key: str,
+        evidence: ScopedRecording,
+        *,
+        model: str | None,
+        quota_bucket: str | None,
+        retry_after_seconds: float | None,
+        auth_seconds: float,
+        throttle_seconds: float,
+        max_seconds: int,
+        now: float,
+    ) -> None:
+        deadline = model_cooldown.record(
+            cls.namespace,
+            key,
+            evidence.outcome,
+            model=model,
+            quota_bucket=quota_bucket,
+            credential_wide_auth=evidence.credential_wide_auth,
+            retry_after_seconds=retry_after_seconds,
+            fallback_seconds=evidence.fallback(rejected=auth_seconds, otherwise=throttle_seconds),
+            max_seconds=max_seconds,
+            now=now,
+        )
+        if evidence.rejected_wide and deadline is not None:
+            cls.rejected_until[key] = max(cls.rejected_until.get(key, 0.0), deadline)
+            if cls.active_key == key:
+                cls._clear_active()
+
+    # -- selection ----------------------------------------------------------------------------
+
+    @classmethod
+    def select_key(
+        cls,
+        keys: Sequence[str],
+        probe: Callable[[str], int],
+        *,
+        check_ttl_seconds: float = 300,
+        check_every_requests: int = 50,
+        rejected_cooldown_seconds: float = 60,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+    ) -> str | None:
+        """The validated key to use; probes (catalog requests) only when revalidation is due.
+
+        The lock is held while probing, so concurrent requests wait for one validation
+        instead of each probing the upstream.
+        """
+        max_seconds = scoped_settings(model, quota_bucket)
+        configured = unique_stripped(keys)
+        if not configured:
+            return None
+        ttl = _seconds(check_ttl_seconds, "check_ttl_seconds")
+        throttle_seconds = _seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds")
+        if isinstance(check_every_requests, bool) or not isinstance(check_every_requests, int):
+            raise TypeError("check_every_requests must be an int")
+        request_budget = max(1, check_every_requests)
+        current_time = resolve_now(now)
+        with cls._lock:
+            cls._forget_stale(configured, current_time)
+            candidates = configured
+            if max_seconds is not None:  # cooling keys are never probed
+                candidates = model_cooldown.eligible(
+                    cls.namespace,
+                    configured,
+                    model=model,
+                    quota_bucket=quota_bucket,
+                    max_seconds=max_seconds,
+                    now=current_time,
+                    legacy_rest_until=cls.rejected_until,
+                )
+            only_key = configured[0]
+            if (
+                len(configured) == 1
+                and cls.active_key is None
+                and (only_key not in cls.rejected_until)
+            ):
+                return cls._activate(only_key, ttl, current_time)
+            previous = cls.active_key
+            if (
+                previous in candidates
+                and cls.active_until > current_time
+                and cls.active_requests < request_budget
+                and previous not in cls.rejected_until
+            ):
+                return previous
+            probed = False
+            previous_ambiguous = False
+            for key in cls._active_first(candidates):
+                if key in cls.rejected_until:
+                    continue
+                probed = True
+                status = _probe_status(probe, key)
+                if status is not None and 200 <= status < 300:
+                    if max_seconds is None:
+                        cls.rejected_until.pop(key, None)
+                    return cls._activate(key, ttl, current_time)
+                if max_seconds is None and status in REJECTION_STATUSES:
+                    cls._reject(key, status, ttl, throttle_seconds, current_time)
+                elif max_seconds is not None and status == 401:
+                    # A probe carries no model evidence: only genuine auth cools the key.
+                    cls._record_scoped(
+                        key,
+                        ScopedRecording(classify_upstream_outcome(401), True),
+                        model=None,
+                        quota_bucket=None,
+                        retry_after_seconds=None,
+                        auth_seconds=ttl,
+                        throttle_seconds=throttle_seconds,
+                        max_seconds=max_seconds,
+                        now=current_time,
+                    )
+                elif key == previous:
+                    previous_ambiguous = True
+            if previous is not None and previous_ambiguous and previous not in cls.rejected_until:
+                return cls._activate(previous, min(ttl, AMBIGUOUS_KEEP_SECONDS), current_time)
+            cls._clear_active()
+            if max_seconds is not None:  # every key cooling now is a 429, not a pool failure
+                model_cooldown.eligible(
+                    cls.namespace,
+                    configured,
+                    model=model,
+                    quota_bucket=quota_bucket,
+                    max_seconds=max_seconds,
+                    now=current_time,
+                    legacy_rest_until=cls.rejected_until,
+                )
+            if probed:
+                raise NanoGPTKeyPoolExhausted("No configured NanoGPT API key passed validation")
+            raise NanoGPTKeyPoolExhausted("All configured NanoGPT keys are cooling down")
+
+    @classmethod
+    def select_available_key(
+        cls,
+        keys: Sequence[str],
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+    ) -> str | None:
+        """The active key if usable, else the first usable configured key, without probing."""
+        max_seconds = scoped_settings(model, quota_bucket)
+        configured = unique_stripped(keys)
+        current_time = resolve_now(now)
+        with cls._lock:
+            cls._forget_stale(configured, current_time)
+            ordered = cls._active_first(configured)
+            if max_seconds is None:
+                return next((key for key in ordered if key not in cls.rejected_until), None)
+            return model_cooldown.select(
+                cls.namespace,
+                ordered,
+                model=model,
+                quota_bucket=quota_bucket,
+                max_seconds=max_seconds,
+                now=current_time,
+                legacy_rest_until=cls.rejected_until,
+            )
+
+    # -- recording ----------------------------------------------------------------------------
+
+    @classmethod
+    def record_result(
+        cls,
+        key: str | None,
+        status: int,
+        *,
+        check_ttl_seconds: float = 300,
+        rejected_cooldown_seconds: float = 60,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        outcome: UpstreamOutcome | None = None,
+        credential_wide_auth: bool | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        """Learn from a dispatched request; counts it against the active key's budget."""
+        cls._observe(
+            key,
+            status,
+            count_request=True,
+            check_ttl_seconds=check_ttl_seconds,
+            rejected_cooldown_seconds=rejected_cooldown_seconds,
+            now=now,
+            model=model,
+            quota_bucket=quota_bucket,
+            outcome=outcome,
+            credential_wide_auth=credential_wide_auth,
+            retry_after_seconds=retry_after_seconds,
+        )
+
+    @classmethod
+    def invalidate(
+        cls,
+        key: str | None,
+        status: int,
+        *,
+        check_ttl_seconds: float = 300,
+        rejected_cooldown_seconds: float = 60,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        outcome: UpstreamOutcome | None = None,
+        credential_wide_auth: bool | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        """Stop using `key` after a rejection; legacy clears it as active whatever the status."""
+        cls._observe(
+            key,
+            status,
+            count_request=False,
+            check_ttl_seconds=check_ttl_seconds,
+            rejected_cooldown_seconds=rejected_cooldown_seconds,
+            now=now,
+            model=model,
+            quota_bucket=quota_bucket,
+            outcome=outcome,
+            credential_wide_auth=credential_wide_auth,
+            retry_after_seconds=retry_after_seconds,
+        )
+
+    @classmethod
+    def _observe(
+        cls,
+        key: str | None,
+        status: int,
+        *,
+        count_request: bool,
+        check_ttl_seconds: float,
+        rejected_cooldown_seconds: float,
+        now: float | None,
+        model: str | None,
+        quota_bucket: str | None,
+        outcome: UpstreamOutcome | None,
+        credential_wide_auth: bool | None,
+        retry_after_seconds: float | None,
+    ) -> None:
+        status = status_code(status)
+        max_seconds = scoped_settings(model, quota_bucket)
+        if key is not None and not isinstance(key, str):
+            raise TypeError("key must be a str")
+        key = (key or "").strip()
+        if not key:
+            return
+        ttl = _seconds(check_ttl_seconds, "check_ttl_seconds")
+        throttle_seconds = _seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds")
+        current_time = resolve_now(now)
+        with cls._lock:
+            if max_seconds is not None:
+                cls._record_scoped(
+                    key,
+                    ScopedRecording.from_call(status, outcome, credential_wide_auth),
+                    model=model,
+                    quota_bucket=quota_bucket,
+                    retry_after_seconds=retry_after_seconds,
+                    auth_seconds=ttl,
+                    throttle_seconds=throttle_seconds,
+                    max_seconds=max_seconds,
+                    now=current_time,
+                )
+            elif not count_request or is_nanogpt_credential_rejection(status):
+                if cls.active_key == key:
+                    cls._clear_active()
+                cls._reject(key, status, ttl, throttle_seconds, current_time)
+                return
+            if count_request and cls.active_key == key:
+                cls.active_requests += 1
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget the active key and every rejection (tests)."""
+        with cls._lock:
+            cls.rejected_until = {}
+            cls._clear_active()
+
+
+class NanoGPTKeyPool(_ValidatedKeyPool, namespace="nanogpt"):
+    """The raw NanoGPT pool, used on the class."""
+
+
+class NanoGPTUnifiedKeyPool(_ValidatedKeyPool, namespace="nanogpt-unified"):
+    """The unified NanoGPT pool: same algorithm, fully separate state."""
