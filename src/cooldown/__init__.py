@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .advice import recording_context, retry_after_seconds, selection_scope
 from .config import FORWARDED_ENV, CooldownSettings, settings
 from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
 from .outcome import UpstreamOutcome, classify_upstream_outcome
@@ -14,6 +15,7 @@ from .pools import (
     is_nanogpt_credential_rejection,
 )
 from .store import MAX_ENTRIES, ModelCooldown, model_cooldown
+from .web import api_error_response, cooldown_error_response, init_app
 
 __all__ = [
     "FORWARDED_ENV",
@@ -29,9 +31,15 @@ __all__ = [
     "NanoGPTKeyPoolExhausted",
     "NanoGPTUnifiedKeyPool",
     "UpstreamOutcome",
+    "api_error_response",
     "classify_upstream_outcome",
     "configured_nanogpt_keys",
+    "cooldown_error_response",
+    "init_app",
     "is_nanogpt_credential_rejection",
     "model_cooldown",
+    "recording_context",
+    "retry_after_seconds",
+    "selection_scope",
     "settings",
 ]

@@ -1,0 +1,108 @@
+"""Turn one upstream request and answer into the keywords the pools take."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeAlias
+
+from .config import settings
+from .outcome import UpstreamOutcome, classify_upstream_outcome
+
+__all__ = ["recording_context", "retry_after_seconds", "selection_scope"]
+
+Headers: TypeAlias = Mapping[str, Any] | Iterable[tuple[str, Any]]
+QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
+
+
+def _header(headers: Headers, wanted: str) -> object:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    for name, value in items:
+        if isinstance(name, str) and name.lower() == wanted:
+            return value
+    return None
+
+
+def retry_after_seconds(headers: Headers | None, *, now: float | None = None) -> float | None:
+    """Seconds from an upstream `Retry-After`: delta-seconds or an HTTP-date.
+
+    `now` is wall-clock time (`time.time()`), because an HTTP-date is. Anything negative,
+    non-finite or unparsable gives `None`, so the pool falls back to its own duration.
+    """
+    if headers is None:
+        return None
+    value = _header(headers, "retry-after")
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        seconds = float(text) if len(text) < 300 else math.inf
+        return seconds if math.isfinite(seconds) else None
+    try:
+        moment = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if moment.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is not trusted
+        return None
+    try:
+        wall_clock = time.time() if now is None else float(now)
+        remaining = moment.timestamp() - wall_clock
+    except (OverflowError, ValueError, OSError):
+        return None
+    return max(0.0, remaining) if math.isfinite(remaining) else None
+
+
+def selection_scope(
+    provider: str,
+    model: object,
+    *,
+    quota_buckets: QuotaBuckets | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str | None]:
+    """`model=` and `quota_bucket=` for both selection and recording; `{}` when disabled.
+
+    The bucket comes only from explicit configuration: `quota_buckets[provider]` is one
+    bucket for every model of the provider, or a mapping from member model to bucket.
+    """
+    if not settings(environ).enabled:
+        return {}
+    resolved_model = model if isinstance(model, str) and model else None
+    configured = (quota_buckets or {}).get(provider)
+    bucket: object = None
+    if isinstance(configured, str):
+        bucket = configured
+    elif isinstance(configured, Mapping) and resolved_model is not None:
+        bucket = configured.get(resolved_model)
+    return {
+        "model": resolved_model,
+        "quota_bucket": bucket if isinstance(bucket, str) and bucket else None,
+    }
+
+
+def recording_context(
+    status: int | None,
+    headers: Headers | None = None,
+    *,
+    outcome: UpstreamOutcome | None = None,
+    cancelled: bool = False,
+    transport_failure: str | None = None,
+    now: float | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """`outcome=`, `credential_wide_auth=` and `retry_after_seconds=` for recording.
+
+    `{}` when the feature is disabled, so the pools keep their legacy behaviour.
+    """
+    if not settings(environ).enabled:
+        return {}
+    if outcome is None:
+        outcome = classify_upstream_outcome(
+            status, transport_failure=transport_failure, cancelled=cancelled
+        )
+    return {
+        "outcome": outcome,
+        "credential_wide_auth": status == 401 and not cancelled,
+        "retry_after_seconds": retry_after_seconds(headers, now=now),
+    }

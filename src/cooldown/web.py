@@ -1,0 +1,69 @@
+"""Flask glue: cooldown errors become real 429/503 responses a browser can read."""
+
+from __future__ import annotations
+
+import json
+
+from flask import Flask, Response
+
+from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
+from .store import model_cooldown
+
+__all__ = ["api_error_response", "cooldown_error_response", "init_app"]
+
+EXPOSE_HEADER = "Access-Control-Expose-Headers"
+GENERIC_SERVER_ERROR = "The server could not complete the request."
+
+
+def _json_response(body: dict[str, object], status: int) -> Response:
+    """Built without `jsonify`, so it works outside an application context."""
+    return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+def expose_retry_after(response: Response) -> Response:
+    """Merge `Retry-After` into `Access-Control-Expose-Headers`, once."""
+    existing = response.headers.get(EXPOSE_HEADER, "")
+    names = [name.strip() for name in existing.split(",") if name.strip()]
+    if not any(name.lower() == "retry-after" for name in names):
+        names.append("Retry-After")
+    response.headers[EXPOSE_HEADER] = ", ".join(names)
+    return response
+
+
+def api_error_response(error: APIError) -> Response:
+    """The generic handler: JSON body, no `Retry-After`, no internals in 5xx messages."""
+    body = error.to_dict()
+    if error.status_code >= 500 and not isinstance(error, CooldownError):
+        body["message"] = GENERIC_SERVER_ERROR
+    return _json_response(body, error.status_code)
+
+
+def cooldown_error_response(error: CooldownError) -> Response:
+    """429 or 503 with the bounded `Retry-After` the error was raised with."""
+    response = _json_response(error.to_dict(), error.status_code)
+    response.headers["Retry-After"] = str(max(1, error.retry_after))
+    return expose_retry_after(response)
+
+
+def _expose_when_present(response: Response) -> Response:
+    if "Retry-After" in response.headers:
+        expose_retry_after(response)
+    return response
+
+
+def init_app(app: Flask) -> None:
+    """Register the handlers and the CORS exposure; calling it twice changes nothing.
+
+    An `APIError` handler the app already has is kept. `Access-Control-Allow-Origin` is
+    left to the app's CORS layer, so this composes with Flask-CORS or a hand-written one.
+    """
+    if "cooldown" in app.extensions:
+        return
+    app.register_error_handler(ModelCooldownExhausted, cooldown_error_response)
+    app.register_error_handler(ModelCooldownCapacity, cooldown_error_response)
+    if APIError not in app.error_handler_spec.get(None, {}).get(None, {}):
+        app.register_error_handler(APIError, api_error_response)
+    # Flask runs after-request hooks last-registered first; going first in the list makes
+    # this one run last, so it merges with whatever a CORS layer set before it.
+    app.after_request_funcs.setdefault(None, []).insert(0, _expose_when_present)
+    app.extensions["cooldown"] = model_cooldown
