@@ -5,6 +5,7 @@ Run by hand: `python benchmarks/store.py`. Prints a table; docs/benchmarks.md re
 
 from __future__ import annotations
 
+import gc
 import hmac
 import os
 import statistics
@@ -12,7 +13,15 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from cooldown import ModelCooldown, classify_upstream_outcome
+from flask import Flask
+
+from cooldown import (
+    CredentialPool,
+    ModelCooldown,
+    classify_upstream_outcome,
+    init_app,
+    model_cooldown,
+)
 
 THROTTLED = classify_upstream_outcome(429)
 FILLS = (10, 1000, 10000)
@@ -54,9 +63,11 @@ def pair_loop(store: ModelCooldown) -> Callable[[], None]:
 def median_microseconds(run: Callable[[], None], per_run: int) -> float:
     samples = []
     for _ in range(REPEATS):
+        gc.disable()  # as timeit does: collection pauses are not the code under test
         started = time.perf_counter()
         run()
         samples.append((time.perf_counter() - started) / per_run * 1e6)
+        gc.enable()
     return statistics.median(samples)
 
 
@@ -82,6 +93,58 @@ def memory_at(live_entries: int) -> int:
     return used
 
 
+def pool_loop() -> Callable[[], None]:
+    """The same churn through `CredentialPool` on its scoped path (settings read per call)."""
+    os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
+    os.environ["BENCH_POOL_KEY"], os.environ["BENCH_POOL_KEY_1"] = KEYS
+    CredentialPool.register("bench-pool", "BENCH_POOL_KEY")
+    clock = [1.0]
+
+    def run() -> None:
+        for _ in range(PAIRS):
+            now = clock[0]
+            key = CredentialPool.select("bench-pool", model="gpt-bench", now=now)
+            CredentialPool.record(
+                "bench-pool", key, 429, model="gpt-bench", now=now, retry_after_seconds=1.0
+            )
+            clock[0] = now + 0.5
+
+    return run
+
+
+def flask_request_times() -> dict[str, float]:
+    """Microseconds per successful Flask test-client request: no pool, legacy, scoped."""
+    model_cooldown.reset()  # the churn loops ran on a fake clock ahead of the real one
+    app = Flask("bench")
+    init_app(app)
+
+    @app.post("/pool/<model>")
+    def with_pool(model: str) -> str:
+        key = CredentialPool.select("bench-pool", model=model)
+        CredentialPool.record("bench-pool", key, 200, model=model)  # a successful request
+        return "ok"
+
+    @app.post("/no-pool")
+    def without() -> str:
+        return "ok"
+
+    client = app.test_client()
+    requests = 300
+    paths = {"none": "/no-pool", "legacy": "/pool/gpt-bench", "scoped": "/pool/gpt-bench"}
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(REPEATS):  # interleaved, so drift hits every variant alike
+        for name, path in paths.items():
+            os.environ["MODEL_COOLDOWN_ENABLED"] = "true" if name == "scoped" else "false"
+            gc.disable()
+            started = time.perf_counter()
+            for _ in range(requests):
+                assert client.post(path).status_code == 200
+            samples[name].append((time.perf_counter() - started) / requests * 1e6)
+            gc.enable()
+    os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def main() -> None:
     timings = {}
     for live in FILLS:
@@ -95,6 +158,17 @@ def main() -> None:
     print(f"growth 10000/10: {growth:.2f} (target <= 1.3)")
     print(f"floor, five one-shot hmac digests: {floor:6.2f} us")
     print(f"pair / floor at 10000: {timings[FILLS[-1]] / floor:.2f} (target <= 1.5)")
+    pool_pair = median_microseconds(pool_loop(), PAIRS)
+    print(f"select+record through CredentialPool (scoped): {pool_pair:6.2f} us")
+    times = flask_request_times()
+    cooldown_share = (times["scoped"] - times["legacy"]) / times["scoped"]
+    pool_share = (times["scoped"] - times["none"]) / times["scoped"]
+    print(
+        f"Flask test-client request: {times['none']:6.1f} us without the pool, "
+        f"{times['legacy']:6.1f} us with the legacy pool, {times['scoped']:6.1f} us scoped"
+    )
+    print(f"cooldown work (scoped minus legacy) per request: {cooldown_share:.1%} (target <= 10%)")
+    print(f"all pool work (incl. legacy key discovery from the environment): {pool_share:.1%}")
     memory = memory_at(10000)
     print(
         f"tracemalloc for 10000 live entries: {memory} bytes "

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from .advice import recording_context, retry_after_seconds, selection_scope
+from .advice import (
+    RecordingContext,
+    SelectionScope,
+    recording_context,
+    retry_after_seconds,
+    selection_scope,
+)
 from .config import FORWARDED_ENV, CooldownSettings, settings
 from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
 from .outcome import UpstreamOutcome, classify_upstream_outcome
@@ -30,6 +36,8 @@ __all__ = [
     "NanoGPTKeyPool",
     "NanoGPTKeyPoolExhausted",
     "NanoGPTUnifiedKeyPool",
+    "RecordingContext",
+    "SelectionScope",
     "UpstreamOutcome",
     "api_error_response",
     "classify_upstream_outcome",

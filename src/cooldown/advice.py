@@ -6,15 +6,36 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 
 from .config import settings
 from .outcome import UpstreamOutcome, classify_upstream_outcome
 
-__all__ = ["recording_context", "retry_after_seconds", "selection_scope"]
+__all__ = [
+    "RecordingContext",
+    "SelectionScope",
+    "recording_context",
+    "retry_after_seconds",
+    "selection_scope",
+]
 
 Headers: TypeAlias = Mapping[str, Any] | Iterable[tuple[str, Any]]
 QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
+
+
+class SelectionScope(TypedDict, total=False):
+    """Keywords for `select`/`available` and `record`; empty while the feature is off."""
+
+    model: str | None
+    quota_bucket: str | None
+
+
+class RecordingContext(TypedDict, total=False):
+    """Evidence keywords for `record`; empty while the feature is off."""
+
+    outcome: UpstreamOutcome
+    credential_wide_auth: bool
+    retry_after_seconds: float | None
 
 
 def _header(headers: Headers, wanted: str) -> object:
@@ -60,7 +81,7 @@ def selection_scope(
     *,
     quota_buckets: QuotaBuckets | None = None,
     environ: Mapping[str, str] | None = None,
-) -> dict[str, str | None]:
+) -> SelectionScope:
     """`model=` and `quota_bucket=` for both selection and recording; `{}` when disabled.
 
     The bucket comes only from explicit configuration: `quota_buckets[provider]` is one
@@ -90,7 +111,7 @@ def recording_context(
     transport_failure: str | None = None,
     now: float | None = None,
     environ: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> RecordingContext:
     """`outcome=`, `credential_wide_auth=` and `retry_after_seconds=` for recording.
 
     `{}` when the feature is disabled, so the pools keep their legacy behaviour.

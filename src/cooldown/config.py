@@ -160,4 +160,11 @@ def _parse(
 def settings(environ: Mapping[str, str] | None = None) -> CooldownSettings:
     """Read the settings now, so a changed environment applies to the next call."""
     env = os.environ if environ is None else environ
-    return _parse(*(env.get(name) for name in FORWARDED_ENV))
+    get = env.get
+    return _parse(
+        get(ENABLED_ENV),
+        get(MAX_SECONDS_ENV),
+        get(REDIS_URL_ENV),
+        get(REDIS_SECRET_ENV),
+        get(REDIS_PREFIX_ENV),
+    )

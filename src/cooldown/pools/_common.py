@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 from ..config import settings
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
@@ -43,8 +44,11 @@ def scoped_settings(model: object, quota_bucket: object) -> int | None:
     return current.max_seconds if current.enabled else None
 
 
-@dataclass(frozen=True)
-class ScopedRecording:
+_classify_status = lru_cache(maxsize=256)(classify_upstream_outcome)
+"""Outcomes are immutable, so one per status code is enough for the hot path."""
+
+
+class ScopedRecording(NamedTuple):
     """The evidence one scoped `record` call passes to the store."""
 
     outcome: UpstreamOutcome
@@ -56,7 +60,7 @@ class ScopedRecording:
     ) -> ScopedRecording:
         """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise."""
         if outcome is None:
-            outcome = classify_upstream_outcome(status)
+            outcome = _classify_status(status)
         elif not isinstance(outcome, UpstreamOutcome):
             raise TypeError("outcome must be an UpstreamOutcome or None")
         if credential_wide_auth is None:

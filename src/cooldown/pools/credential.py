@@ -20,14 +20,15 @@ ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
 
 def _numbered_values(environ: Mapping[str, str], base: str) -> list[str]:
     """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
-    numbered = []
     marker = base + "_"
-    for name, value in environ.items():
-        suffix = name[len(marker) :] if name.startswith(marker) else ""
-        if suffix.isascii() and suffix.isdigit():
-            numbered.append((int(suffix), value))
-    numbered.sort(key=lambda item: item[0])
-    return [environ.get(base, ""), *(value for _, value in numbered)]
+    numbers = sorted(
+        (int(name[len(marker) :]), name)
+        for name in environ  # names only: fetching every value would decode the whole env
+        if name.startswith(marker)
+        and name[len(marker) :].isascii()
+        and name[len(marker) :].isdigit()
+    )
+    return [environ.get(base, ""), *(environ[name] for _, name in numbers)]
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
