@@ -228,25 +228,24 @@ class ModelCooldown:
         fallback = _finite_number(fallback_seconds, "fallback_seconds")
         ceiling = _bounded_max_seconds(max_seconds)
         scope = self._scope_digest(model, quota_bucket)
-        current_time = resolve_now(now)
+        if now is not None:
+            resolve_now(now)  # reject a bad clock before anything else
         health = outcome.credential_health
+        entry: bytes | None = None
         if health == "rejected" and credential_wide_auth:
             entry = self._credential_digest(provider_frame, credential)
         elif health in ("throttled", "accepted") and scope is not None:
             entry = self._credential_digest(provider_frame, credential) + scope
-        else:
-            with self._lock:
-                self._prune(current_time)
-            return None
-        if health == "accepted":
-            with self._lock:
-                self._prune(current_time)
-                self._deadlines.pop(entry, None)
-            return None
-        deadline = current_time + _delay(retry_after_seconds, fallback, ceiling)
-        with self._lock:
+        delay = _delay(retry_after_seconds, fallback, ceiling)
+        with self._lock:  # read the clock under the lock: no one prunes past our `now`
+            current_time = resolve_now(now)
             self._prune(current_time)
-            return self._store(entry, deadline)
+            if entry is None:
+                return None
+            if health == "accepted":
+                self._deadlines.pop(entry, None)
+                return None
+            return self._store(entry, current_time + delay)
 
     def _store(self, entry: bytes, deadline: float) -> float:
         """Keep the later deadline; at capacity keep every live entry and raise the guard."""
@@ -329,8 +328,8 @@ class ModelCooldown:
     ) -> list[str]:
         """The keys not cooling for this scope, in the given order."""
         ceiling = _bounded_max_seconds(max_seconds)
-        current_time = resolve_now(now)
-        with self._lock:
+        with self._lock:  # read the clock under the lock: no one prunes past our `now`
+            current_time = resolve_now(now)
             self._prune(current_time)
             free, _ = self._scan(
                 provider,
@@ -356,8 +355,8 @@ class ModelCooldown:
     ) -> list[str]:
         """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
         ceiling = _bounded_max_seconds(max_seconds)
-        current_time = resolve_now(now)
-        with self._lock:
+        with self._lock:  # read the clock under the lock: no one prunes past our `now`
+            current_time = resolve_now(now)
             self._prune(current_time)
             free, earliest = self._scan(
                 provider,
@@ -385,8 +384,8 @@ class ModelCooldown:
     ) -> str | None:
         """The first key not cooling; `None` without keys; a 429 when every key cools."""
         ceiling = _bounded_max_seconds(max_seconds)
-        current_time = resolve_now(now)
-        with self._lock:
+        with self._lock:  # read the clock under the lock: no one prunes past our `now`
+            current_time = resolve_now(now)
             self._prune(current_time)
             if not keys:
                 return None
