@@ -39,10 +39,14 @@ class RecordingContext(TypedDict, total=False):
 
 
 def _header(headers: Headers, wanted: str) -> object:
+    if isinstance(headers, (str, bytes)):
+        return None
     items = headers.items() if isinstance(headers, Mapping) else headers
-    for name, value in items:
-        if isinstance(name, str) and name.lower() == wanted:
-            return value
+    for item in items:
+        if isinstance(item, tuple) and len(item) == 2:
+            name, value = item
+            if isinstance(name, str) and name.lower() == wanted:
+                return value
     return None
 
 

@@ -279,6 +279,8 @@ class ModelCooldown:
         Called with the lock held; `first_only` stops at the first free key.
         """
         provider_frame = _frame(_require_str(provider, "provider"))
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys must be a sequence of strings, not a single string")
         scope = self._scope_digest(model, quota_bucket)
         legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
         deadlines = self._deadlines

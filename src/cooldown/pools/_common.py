@@ -9,7 +9,13 @@ from typing import NamedTuple
 from ..config import settings
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 
-__all__ = ["ScopedRecording", "scoped_settings", "status_code", "unique_stripped"]
+__all__ = [
+    "ScopedRecording",
+    "check_evidence",
+    "scoped_settings",
+    "status_code",
+    "unique_stripped",
+]
 
 
 def unique_stripped(values: Iterable[object]) -> list[str]:
@@ -21,6 +27,14 @@ def unique_stripped(values: Iterable[object]) -> list[str]:
         if isinstance(value, str) and value.strip():
             seen.setdefault(value.strip(), None)
     return list(seen)
+
+
+def check_evidence(outcome: object, credential_wide_auth: object) -> None:
+    """Reject wrong evidence types on every path, even where the legacy path ignores them."""
+    if outcome is not None and not isinstance(outcome, UpstreamOutcome):
+        raise TypeError("outcome must be an UpstreamOutcome or None")
+    if credential_wide_auth is not None and not isinstance(credential_wide_auth, bool):
+        raise TypeError("credential_wide_auth must be a bool or None")
 
 
 def status_code(status: object) -> int:
@@ -59,15 +73,11 @@ class ScopedRecording(NamedTuple):
         cls, status: int, outcome: UpstreamOutcome | None, credential_wide_auth: bool | None
     ) -> ScopedRecording:
         """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise."""
-        if outcome is None:
-            outcome = _classify_status(status)
-        elif not isinstance(outcome, UpstreamOutcome):
-            raise TypeError("outcome must be an UpstreamOutcome or None")
-        if credential_wide_auth is None:
-            credential_wide_auth = status == 401
-        elif not isinstance(credential_wide_auth, bool):
-            raise TypeError("credential_wide_auth must be a bool or None")
-        return cls(outcome, credential_wide_auth)
+        check_evidence(outcome, credential_wide_auth)
+        return cls(
+            _classify_status(status) if outcome is None else outcome,
+            status == 401 if credential_wide_auth is None else credential_wide_auth,
+        )
 
     @property
     def rejected_wide(self) -> bool:

@@ -9,7 +9,13 @@ from typing import ClassVar
 
 from ..outcome import UpstreamOutcome
 from ..store import model_cooldown, resolve_now
-from ._common import ScopedRecording, scoped_settings, status_code, unique_stripped
+from ._common import (
+    ScopedRecording,
+    check_evidence,
+    scoped_settings,
+    status_code,
+    unique_stripped,
+)
 
 __all__ = ["CredentialPool"]
 
@@ -102,6 +108,7 @@ class CredentialPool:
     ) -> None:
         """Learn from one upstream answer made with `key`."""
         status = status_code(status)
+        check_evidence(outcome, credential_wide_auth)
         max_seconds = scoped_settings(model, quota_bucket)
         if key is None or key == "" or provider not in cls._providers:
             return

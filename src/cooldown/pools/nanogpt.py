@@ -12,7 +12,13 @@ from typing import ClassVar
 
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 from ..store import model_cooldown, resolve_now
-from ._common import ScopedRecording, scoped_settings, status_code, unique_stripped
+from ._common import (
+    ScopedRecording,
+    check_evidence,
+    scoped_settings,
+    status_code,
+    unique_stripped,
+)
 
 __all__ = [
     "NanoGPTKeyPool",
@@ -392,6 +398,7 @@ class _ValidatedKeyPool:
         retry_after_seconds: float | None,
     ) -> None:
         status = status_code(status)
+        check_evidence(outcome, credential_wide_auth)
         max_seconds = scoped_settings(model, quota_bucket)
         if key is not None and not isinstance(key, str):
             raise TypeError("key must be a str")
