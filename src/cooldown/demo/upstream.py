@@ -87,9 +87,16 @@ def create_upstream_app(upstream: SimulatedUpstream, log_path: str | None = None
         key = authorization.removeprefix("Bearer ").strip()
         body = request.get_json(silent=True)
         model = body.get("model") if isinstance(body, dict) else None
+        arrived = time.time()
         reply = upstream.answer(key, model if isinstance(model, str) else "")
         if log_path is not None:
-            entry = {"key": key, "model": model, "time": time.time(), "status": reply.status}
+            entry = {
+                "key": key,
+                "model": model,
+                "time": arrived,
+                "status": reply.status,
+                "retry_after": reply.headers.get("Retry-After"),
+            }
             with log_lock, open(log_path, "a", encoding="utf-8") as log:
                 log.write(json.dumps(entry) + "\n")
         return Response(
