@@ -386,6 +386,9 @@ def test_stats_are_counts_only(store: ModelCooldown) -> None:
         "dropped_at_capacity_total": 0,
         "exhausted_total": 0,
         "capacity_rejections_total": 0,
+        "shared": False,
+        "shared_errors_total": 0,
+        "shared_degraded": False,
     }
 
 

@@ -67,7 +67,8 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def _warn_once(name: str) -> None:
+def warn_malformed(name: str) -> None:
+    """Log once per setting name per process, naming the setting and never its value."""
     with _warned_lock:
         if name in _warned:
             return
@@ -153,7 +154,7 @@ def _parse(
         redis_prefix=checked(lambda: _parse_redis_prefix(redis_prefix), DEFAULT_REDIS_PREFIX),
     )
     for name in malformed:
-        _warn_once(name)
+        warn_malformed(name)
     return CooldownSettings() if malformed else parsed
 
 

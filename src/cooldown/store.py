@@ -9,17 +9,36 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
-from typing import NoReturn
+from typing import NamedTuple, NoReturn, Protocol
 
 from .config import LARGEST_MAX_SECONDS
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .outcome import UpstreamOutcome
 
-__all__ = ["MAX_ENTRIES", "ModelCooldown", "model_cooldown"]
+__all__ = ["MAX_ENTRIES", "ModelCooldown", "SharedObservations", "model_cooldown"]
 
 MAX_ENTRIES = 10000
 _HASH_BLOCK_SIZE = 64  # SHA-256 block size, as RFC 2104 pads the key to it
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
+_LOCAL_ONLY = {"shared": False, "shared_errors_total": 0, "shared_degraded": False}
+
+
+class SharedObservations(Protocol):
+    """What the store needs from a shared backend (`cooldown.shared.RedisObservations`).
+
+    Entries are hex ids; times are the caller's monotonic seconds. A backend that cannot
+    answer returns `None` from `lookup` and never raises.
+    """
+
+    def record(self, entry: str, deadline: float, now: float) -> None: ...
+
+    def clear(self, entry: str, now: float) -> None: ...
+
+    def lookup(
+        self, entries: Sequence[str], now: float
+    ) -> tuple[list[float | None], float] | None: ...
+
+    def stats(self) -> dict[str, int | bool]: ...
 
 
 def _frame(part: str) -> bytes:
@@ -55,6 +74,22 @@ class _PreparedHmac:
         outer = self._outer.copy()
         outer.update(inner.digest())
         return outer.digest()
+
+
+def _scope_message(model: object, quota_bucket: object) -> bytes | None:
+    """Bucket wins over model; the two live under different tags so names never collide."""
+    bucket = _optional_str(quota_bucket, "quota_bucket")
+    model_name = _optional_str(model, "model")
+    if bucket:
+        return _BUCKET_TAG + _frame(bucket)
+    if model_name:
+        return _MODEL_TAG + _frame(model_name)
+    return None
+
+
+class _Sharing(NamedTuple):
+    backend: SharedObservations
+    digest: _PreparedHmac  # keyed by the shared secret, not this store's salt
 
 
 def _require_str(value: object, name: str) -> str:
@@ -132,6 +167,7 @@ class ModelCooldown:
         self._dropped_at_capacity_total = 0
         self._exhausted_total = 0
         self._capacity_rejections_total = 0
+        self._shared: _Sharing | None = None
 
     def __repr__(self) -> str:
         return f"<ModelCooldown entries={len(self._deadlines)} capacity={self._capacity}>"
@@ -151,14 +187,8 @@ class ModelCooldown:
         return self._digest(_CREDENTIAL_TAG + provider_frame + _frame(credential))
 
     def _scope_digest(self, model: object, quota_bucket: object) -> bytes | None:
-        """Bucket wins over model; the two live under different tags so names never collide."""
-        bucket = _optional_str(quota_bucket, "quota_bucket")
-        model_name = _optional_str(model, "model")
-        if bucket:
-            return self._digest(_BUCKET_TAG + _frame(bucket))
-        if model_name:
-            return self._digest(_MODEL_TAG + _frame(model_name))
-        return None
+        message = _scope_message(model, quota_bucket)
+        return None if message is None else self._digest(message)
 
     def credential_id(self, provider: str, credential: str) -> str:
         """The stable, non-reversible id this store uses for a credential, as 64 hex chars."""
@@ -227,25 +257,36 @@ class ModelCooldown:
             raise TypeError("credential_wide_auth must be a bool")
         fallback = _finite_number(fallback_seconds, "fallback_seconds")
         ceiling = _bounded_max_seconds(max_seconds)
-        scope = self._scope_digest(model, quota_bucket)
+        scope_message = _scope_message(model, quota_bucket)
         if now is not None:
             resolve_now(now)  # reject a bad clock before anything else
         health = outcome.credential_health
-        entry: bytes | None = None
+        credential_message = _CREDENTIAL_TAG + provider_frame + _frame(credential)
+        parts: tuple[bytes, ...] = ()
         if health == "rejected" and credential_wide_auth:
-            entry = self._credential_digest(provider_frame, credential)
-        elif health in ("throttled", "accepted") and scope is not None:
-            entry = self._credential_digest(provider_frame, credential) + scope
+            parts = (credential_message,)
+        elif health in ("throttled", "accepted") and scope_message is not None:
+            parts = (credential_message, scope_message)
+        entry = b"".join(map(self._digest, parts))
         delay = _delay(retry_after_seconds, fallback, ceiling)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = resolve_now(now)
             self._prune(current_time)
-            if entry is None:
+            if not entry:
                 return None
             if health == "accepted":
                 self._deadlines.pop(entry, None)
-                return None
-            return self._store(entry, current_time + delay)
+                deadline = None
+            else:
+                deadline = self._store(entry, current_time + delay)
+        sharing = self._shared
+        if sharing is not None:
+            shared_entry = b"".join(map(sharing.digest, parts)).hex()
+            if deadline is None:
+                sharing.backend.clear(shared_entry, current_time)
+            else:
+                sharing.backend.record(shared_entry, current_time + delay, current_time)
+        return deadline
 
     def _store(self, entry: bytes, deadline: float) -> float:
         """Keep the later deadline; at capacity keep every live entry and raise the guard."""
@@ -263,34 +304,98 @@ class ModelCooldown:
 
     # -- selection ----------------------------------------------------------------------------
 
-    def _scan(
+    @staticmethod
+    def _shared_releases(
+        sharing: _Sharing,
+        provider_frame: bytes,
+        keys: Sequence[str],
+        scope_message: bytes | None,
+        now: float,
+    ) -> tuple[dict[str, float], float]:
+        """Per key, the later of its shared wide and scope deadlines; and the shared overflow.
+
+        One round trip; when Redis does not answer, nothing (the local answer stands).
+        """
+        digest = sharing.digest
+        scope = b"" if scope_message is None else digest(scope_message)
+        entries: list[str] = []
+        for key in keys:
+            credential = digest(_CREDENTIAL_TAG + provider_frame + _frame(key))
+            entries.append(credential.hex())
+            if scope:
+                entries.append((credential + scope).hex())
+        answer = sharing.backend.lookup(entries, now)
+        if answer is None:
+            return {}, 0.0
+        deadlines, overflow = answer
+        per_key = 2 if scope else 1
+        releases = {
+            key: max(d or 0.0 for d in deadlines[index * per_key : (index + 1) * per_key])
+            for index, key in enumerate(keys)
+        }
+        return releases, overflow
+
+    def _choose(
         self,
         provider: str,
         keys: Sequence[str],
         model: str | None,
         quota_bucket: str | None,
+        max_seconds: int,
+        now: float | None,
         legacy_rest_until: Mapping[str, float] | None,
+        *,
+        mode: str,
+    ) -> list[str]:
+        """The shared body of `available`, `eligible` and `select` (which stops at one key)."""
+        ceiling = _bounded_max_seconds(max_seconds)
+        provider_frame = _frame(_require_str(provider, "provider"))
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys must be a sequence of strings, not a single string")
+        for key in keys:
+            _require_str(key, "each key")
+        scope_message = _scope_message(model, quota_bucket)
+        legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
+        shared_overflow = 0.0
+        sharing = self._shared
+        if sharing is not None and keys:
+            shared, shared_overflow = self._shared_releases(
+                sharing, provider_frame, keys, scope_message, resolve_now(now)
+            )
+            legacy = {key: max(legacy.get(key, 0.0), shared.get(key, 0.0)) for key in keys}
+        scope = None if scope_message is None else self._digest(scope_message)
+        with self._lock:  # read the clock under the lock: no one prunes past our `now`
+            current_time = resolve_now(now)
+            self._prune(current_time)
+            free, earliest = self._scan(
+                provider_frame, keys, scope, legacy, current_time, first_only=mode == "select"
+            )
+            if keys and not free and mode != "available":
+                self._exhausted_total += 1
+                raise ModelCooldownExhausted(retry_after(earliest, current_time, ceiling))
+            overflow = max(self._overflow_until, shared_overflow)
+            if free and overflow > current_time:  # an empty result never raises this
+                self._capacity_rejections_total += 1
+                raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
+            return free
+
+    def _scan(
+        self,
+        provider_frame: bytes,
+        keys: Sequence[str],
+        scope: bytes | None,
+        legacy: Mapping[str, float],
         now: float,
         *,
         first_only: bool,
     ) -> tuple[list[str], float]:
-        """Return the keys free at `now` and the earliest release among the others.
-
-        Called with the lock held; `first_only` stops at the first free key.
-        """
-        provider_frame = _frame(_require_str(provider, "provider"))
-        if isinstance(keys, (str, bytes)):
-            raise TypeError("keys must be a sequence of strings, not a single string")
-        scope = self._scope_digest(model, quota_bucket)
-        legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
+        """The keys free at `now` and the earliest release among the others (lock held)."""
         deadlines = self._deadlines
         credential_prefix = _CREDENTIAL_TAG + provider_frame
         digest = self._digest
         free: list[str] = []
         earliest = math.inf
         for key in keys:
-            if not isinstance(key, str):
-                raise TypeError("keys must be strings")
             credential = digest(credential_prefix + _frame(key))
             # A key returns only when its auth, scope and legacy rests have all expired.
             release = deadlines.get(credential, 0.0)
@@ -306,17 +411,6 @@ class ModelCooldown:
                 earliest = release
         return free, earliest
 
-    def _admit(self, free: list[str], now: float, max_seconds: int) -> list[str]:
-        """Refuse admission while the overflow guard is live; an empty result never raises."""
-        if free and self._overflow_until > now:
-            self._capacity_rejections_total += 1
-            raise ModelCooldownCapacity(retry_after(self._overflow_until, now, max_seconds))
-        return free
-
-    def _exhausted(self, earliest: float, now: float, max_seconds: int) -> ModelCooldownExhausted:
-        self._exhausted_total += 1
-        return ModelCooldownExhausted(retry_after(earliest, now, max_seconds))
-
     def available(
         self,
         provider: str,
@@ -329,20 +423,16 @@ class ModelCooldown:
         legacy_rest_until: Mapping[str, float] | None = None,
     ) -> list[str]:
         """The keys not cooling for this scope, in the given order."""
-        ceiling = _bounded_max_seconds(max_seconds)
-        with self._lock:  # read the clock under the lock: no one prunes past our `now`
-            current_time = resolve_now(now)
-            self._prune(current_time)
-            free, _ = self._scan(
-                provider,
-                keys,
-                model,
-                quota_bucket,
-                legacy_rest_until,
-                current_time,
-                first_only=False,
-            )
-            return self._admit(free, current_time, ceiling)
+        return self._choose(
+            provider,
+            keys,
+            model,
+            quota_bucket,
+            max_seconds,
+            now,
+            legacy_rest_until,
+            mode="available",
+        )
 
     def eligible(
         self,
@@ -356,22 +446,16 @@ class ModelCooldown:
         legacy_rest_until: Mapping[str, float] | None = None,
     ) -> list[str]:
         """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
-        ceiling = _bounded_max_seconds(max_seconds)
-        with self._lock:  # read the clock under the lock: no one prunes past our `now`
-            current_time = resolve_now(now)
-            self._prune(current_time)
-            free, earliest = self._scan(
-                provider,
-                keys,
-                model,
-                quota_bucket,
-                legacy_rest_until,
-                current_time,
-                first_only=False,
-            )
-            if keys and not free:
-                raise self._exhausted(earliest, current_time, ceiling)
-            return self._admit(free, current_time, ceiling)
+        return self._choose(
+            provider,
+            keys,
+            model,
+            quota_bucket,
+            max_seconds,
+            now,
+            legacy_rest_until,
+            mode="eligible",
+        )
 
     def select(
         self,
@@ -385,24 +469,34 @@ class ModelCooldown:
         legacy_rest_until: Mapping[str, float] | None = None,
     ) -> str | None:
         """The first key not cooling; `None` without keys; a 429 when every key cools."""
-        ceiling = _bounded_max_seconds(max_seconds)
-        with self._lock:  # read the clock under the lock: no one prunes past our `now`
-            current_time = resolve_now(now)
-            self._prune(current_time)
-            if not keys:
-                return None
-            free, earliest = self._scan(
-                provider,
-                keys,
-                model,
-                quota_bucket,
-                legacy_rest_until,
-                current_time,
-                first_only=True,
-            )
-            if not free:
-                raise self._exhausted(earliest, current_time, ceiling)
-            return self._admit(free, current_time, ceiling)[0]
+        free = self._choose(
+            provider,
+            keys,
+            model,
+            quota_bucket,
+            max_seconds,
+            now,
+            legacy_rest_until,
+            mode="select",
+        )
+        return free[0] if free else None
+
+    # -- sharing ------------------------------------------------------------------------------
+
+    def attach_shared(self, shared: SharedObservations, *, secret: bytes) -> None:
+        """Also record into, and select with, observations shared with other processes.
+
+        Shared ids are HMACs under `secret`, so every process derives the same ones; local
+        ids keep this store's own salt, so attaching never loses a local observation.
+        """
+        if not isinstance(secret, bytes) or len(secret) < 32:
+            raise ValueError("secret must be at least 32 bytes")
+        self._shared = _Sharing(shared, _PreparedHmac(secret))
+
+    def detach_shared(self) -> SharedObservations | None:
+        """Back to process-local state; returns the detached backend for closing."""
+        sharing, self._shared = self._shared, None
+        return None if sharing is None else sharing.backend
 
     # -- inspection ---------------------------------------------------------------------------
 
@@ -426,6 +520,7 @@ class ModelCooldown:
                 "dropped_at_capacity_total": self._dropped_at_capacity_total,
                 "exhausted_total": self._exhausted_total,
                 "capacity_rejections_total": self._capacity_rejections_total,
+                **(_LOCAL_ONLY if self._shared is None else self._shared.backend.stats()),
             }
 
     def reset(self) -> None:

@@ -8,6 +8,8 @@ from typing import NamedTuple
 
 from ..config import settings
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
+from ..shared import share_when_configured
+from ..store import model_cooldown
 
 __all__ = [
     "ScopedRecording",
@@ -55,7 +57,10 @@ def scoped_settings(model: object, quota_bucket: object) -> int | None:
     if not (model or quota_bucket):
         return None
     current = settings()
-    return current.max_seconds if current.enabled else None
+    if not current.enabled:
+        return None
+    share_when_configured(model_cooldown, current)
+    return current.max_seconds
 
 
 _classify_status = lru_cache(maxsize=256)(classify_upstream_outcome)
