@@ -88,7 +88,7 @@ RAISES: list[tuple[str, Callable[[], object], type[Exception]]] = [
     (
         "nano NaN ttl",
         lambda: NanoGPTKeyPool.select_key(["a"], lambda k: 200, check_ttl_seconds=math.nan),
-        TypeError,
+        ValueError,
     ),
     (
         "nano str budget",

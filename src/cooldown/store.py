@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
-from typing import NamedTuple, NoReturn, Protocol
+from typing import Literal, NamedTuple, NoReturn, Protocol
 
 from .config import LARGEST_MAX_SECONDS
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
@@ -104,7 +104,7 @@ def _optional_str(value: object, name: str) -> str | None:
     return value
 
 
-def _finite_number(value: object, name: str) -> float:
+def finite_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be an int or float")
     try:
@@ -118,7 +118,7 @@ def _finite_number(value: object, name: str) -> float:
 
 def resolve_now(now: float | None) -> float:
     """The caller's monotonic `now`, validated, or the clock when it is `None`."""
-    return time.monotonic() if now is None else _finite_number(now, "now")
+    return time.monotonic() if now is None else finite_number(now, "now")
 
 
 def _bounded_max_seconds(max_seconds: int) -> int:
@@ -146,7 +146,8 @@ class ModelCooldown:
     """Cooldown deadlines per (credential, model or bucket), bounded and safe to share.
 
     Keys, models and bucket names are reduced to HMAC digests under a salt that never
-    leaves the process, so the table can be inspected, logged or dumped safely.
+    leaves the process, so the table can be inspected, logged or dumped safely. Pass
+    `secret` (32 bytes or more) only where two stores must agree on ids, as in tests.
     """
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES, secret: bytes | None = None) -> None:
@@ -183,17 +184,11 @@ class ModelCooldown:
 
     # -- identities ---------------------------------------------------------------------------
 
-    def _credential_digest(self, provider_frame: bytes, credential: str) -> bytes:
-        return self._digest(_CREDENTIAL_TAG + provider_frame + _frame(credential))
-
-    def _scope_digest(self, model: object, quota_bucket: object) -> bytes | None:
-        message = _scope_message(model, quota_bucket)
-        return None if message is None else self._digest(message)
-
     def credential_id(self, provider: str, credential: str) -> str:
         """The stable, non-reversible id this store uses for a credential, as 64 hex chars."""
         provider_frame = _frame(_require_str(provider, "provider"))
-        return self._credential_digest(provider_frame, _require_str(credential, "credential")).hex()
+        credential_frame = _frame(_require_str(credential, "credential"))
+        return self._digest(_CREDENTIAL_TAG + provider_frame + credential_frame).hex()
 
     # -- expiry -------------------------------------------------------------------------------
 
@@ -255,7 +250,7 @@ class ModelCooldown:
             raise TypeError("outcome must be an UpstreamOutcome")
         if not isinstance(credential_wide_auth, bool):
             raise TypeError("credential_wide_auth must be a bool")
-        fallback = _finite_number(fallback_seconds, "fallback_seconds")
+        fallback = finite_number(fallback_seconds, "fallback_seconds")
         ceiling = _bounded_max_seconds(max_seconds)
         scope_message = _scope_message(model, quota_bucket)
         if now is not None:
@@ -345,7 +340,7 @@ class ModelCooldown:
         now: float | None,
         legacy_rest_until: Mapping[str, float] | None,
         *,
-        mode: str,
+        mode: Literal["available", "eligible", "select"],
     ) -> list[str]:
         """The shared body of `available`, `eligible` and `select` (which stops at one key)."""
         ceiling = _bounded_max_seconds(max_seconds)
@@ -402,7 +397,7 @@ class ModelCooldown:
             if scope is not None:
                 release = max(release, deadlines.get(credential + scope, 0.0))
             if key in legacy:
-                release = max(release, _finite_number(legacy[key], "legacy_rest_until value"))
+                release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
             if release <= now:
                 free.append(key)
                 if first_only:

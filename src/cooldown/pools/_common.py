@@ -14,7 +14,8 @@ from ..store import model_cooldown
 __all__ = [
     "ScopedRecording",
     "check_evidence",
-    "scoped_settings",
+    "numbered_suffix",
+    "scoped_max_seconds",
     "status_code",
     "unique_stripped",
 ]
@@ -31,6 +32,12 @@ def unique_stripped(values: Iterable[object]) -> list[str]:
     return list(seen)
 
 
+def numbered_suffix(name: str, prefix: str) -> int | None:
+    """`n` when `name` is `prefix` followed by ASCII digits only, else `None`."""
+    suffix = name[len(prefix) :] if name.startswith(prefix) else ""
+    return int(suffix) if suffix.isascii() and suffix.isdigit() else None
+
+
 def check_evidence(outcome: object, credential_wide_auth: object) -> None:
     """Reject wrong evidence types on every path, even where the legacy path ignores them."""
     if outcome is not None and not isinstance(outcome, UpstreamOutcome):
@@ -45,7 +52,7 @@ def status_code(status: object) -> int:
     return status
 
 
-def scoped_settings(model: object, quota_bucket: object) -> int | None:
+def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:
     """The configured maximum when this call takes the scoped path, else `None`.
 
     The scoped path needs the feature enabled and a non-empty model or bucket; anything

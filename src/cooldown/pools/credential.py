@@ -12,7 +12,8 @@ from ..store import model_cooldown, resolve_now
 from ._common import (
     ScopedRecording,
     check_evidence,
-    scoped_settings,
+    numbered_suffix,
+    scoped_max_seconds,
     status_code,
     unique_stripped,
 )
@@ -26,15 +27,13 @@ ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
 
 def _numbered_values(environ: Mapping[str, str], base: str) -> list[str]:
     """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
-    marker = base + "_"
-    numbers = sorted(
-        (int(name[len(marker) :]), name)
-        for name in environ  # names only: fetching every value would decode the whole env
-        if name.startswith(marker)
-        and name[len(marker) :].isascii()
-        and name[len(marker) :].isdigit()
+    # Names first, values only for matches: reading every value would decode the whole env.
+    numbered = sorted(
+        (number, name)
+        for name in environ
+        if (number := numbered_suffix(name, base + "_")) is not None
     )
-    return [environ.get(base, ""), *(environ[name] for _, name in numbers)]
+    return [environ.get(base, ""), *(environ[name] for _, name in numbered)]
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -109,7 +108,7 @@ class CredentialPool:
         """Learn from one upstream answer made with `key`."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        max_seconds = scoped_settings(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket)
         if key is None or key == "" or provider not in cls._providers:
             return
         if not isinstance(key, str):
@@ -231,7 +230,7 @@ class CredentialPool:
         *,
         raise_when_empty: bool,
     ) -> list[str]:
-        max_seconds = scoped_settings(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket)
         candidates = cls.keys(provider) if keys is None else list(keys)
         current_time = resolve_now(now)
         with cls._lock:
@@ -263,7 +262,7 @@ class CredentialPool:
         Legacy: when every key rests, the first configured key (the old fallback).
         Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched.
         """
-        max_seconds = scoped_settings(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket)
         candidates = cls.keys(provider)
         current_time = resolve_now(now)
         with cls._lock:

@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
-from ..store import model_cooldown, resolve_now
+from ..store import finite_number, model_cooldown, resolve_now
 from ._common import (
     ScopedRecording,
     check_evidence,
-    scoped_settings,
+    numbered_suffix,
+    scoped_max_seconds,
     status_code,
     unique_stripped,
 )
@@ -67,14 +68,13 @@ def configured_nanogpt_keys(environ: Mapping[str, str] | None = None) -> list[st
     indexed: list[tuple[int | None, str]] = [(0, env.get(name, "")) for name in _DIRECT_ENV]
     for name in _LIST_ENV:
         indexed.extend((None, value) for value in _list_values(env.get(name, "")))
-    numbered = []
-    for rank, prefix in enumerate(_NUMBERED_PREFIXES):
-        for name, value in env.items():
-            suffix = name[len(prefix) :] if name.startswith(prefix) else ""
-            if suffix.isascii() and suffix.isdigit():
-                numbered.append((int(suffix), rank, value))
-    numbered.sort(key=lambda item: item[:2])
-    indexed.extend((index, value) for index, _, value in numbered)
+    numbered = sorted(  # by number, the first prefix first on ties
+        (number, rank, name)
+        for rank, prefix in enumerate(_NUMBERED_PREFIXES)
+        for name in env
+        if (number := numbered_suffix(name, prefix)) is not None
+    )
+    indexed.extend((number, env[name]) for number, _, name in numbered)
     preferred = env.get(_PREFERRED_INDEX_ENV, "").strip()
     if preferred.isascii() and preferred.isdigit():
         indexed.sort(key=lambda item: item[0] != int(preferred))  # stable: order kept otherwise
@@ -82,9 +82,8 @@ def configured_nanogpt_keys(environ: Mapping[str, str] | None = None) -> list[st
 
 
 def _seconds(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
-        raise TypeError(f"{name} must be a number")
-    return max(1.0, float(value))  # every duration is at least one second
+    """A finite duration, at least one second."""
+    return max(1.0, finite_number(value, name))
 
 
 def _probe_status(probe: Callable[[str], int], key: str) -> int | None:
@@ -208,7 +207,7 @@ class _ValidatedKeyPool:
         The lock is held while probing, so concurrent requests wait for one validation
         instead of each probing the upstream.
         """
-        max_seconds = scoped_settings(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket)
         configured = unique_stripped(keys)
         if not configured:
             return None
@@ -301,7 +300,7 @@ class _ValidatedKeyPool:
         quota_bucket: str | None = None,
     ) -> str | None:
         """The active key if usable, else the first usable configured key, without probing."""
-        max_seconds = scoped_settings(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket)
         configured = unique_stripped(keys)
         current_time = resolve_now(now)
         with cls._lock:
@@ -399,7 +398,7 @@ class _ValidatedKeyPool:
     ) -> None:
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        max_seconds = scoped_settings(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket)
         if key is not None and not isinstance(key, str):
             raise TypeError("key must be a str")
         key = (key or "").strip()
