@@ -9,45 +9,24 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import statistics
-import time
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import redis
+from store import KEYS, PAIRS, median_microseconds, pair_loop  # benchmarks/store.py
 
-from cooldown import CredentialPool, ModelCooldown, classify_upstream_outcome
+from cooldown import CredentialPool, ModelCooldown
 from cooldown.shared import RedisObservations
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 SECRET = "benchmark-secret-" + "x" * 32
-THROTTLED = classify_upstream_outcome(429)
-KEYS = ["sk-bench-a", "sk-bench-b"]
-PAIRS, REPEATS = 1000, 7
 WORKERS = 4
 BASE = "BENCH_SHARED_KEY"
 
 
 def pair_microseconds(store: ModelCooldown) -> float:
-    clock = [1.0]
-
-    def run() -> None:
-        for _ in range(PAIRS):
-            now = clock[0]
-            key = store.select("bench", KEYS, model="gpt-bench", now=now)
-            assert key is not None
-            store.record(
-                "bench", key, THROTTLED, model="gpt-bench", retry_after_seconds=1.0, now=now
-            )
-            clock[0] = now + 0.5
-
-    samples = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - started) / PAIRS * 1e6)
-    return statistics.median(samples)
+    return median_microseconds(pair_loop(store), PAIRS)
 
 
 def worker(connection: Connection) -> None:

@@ -188,6 +188,7 @@ class RedisObservations:
 
 
 _attached: tuple[str, str, str] | None = None
+_last_seen: CooldownSettings | None = None  # settings are cached, so identity is cheap
 _attach_lock = threading.Lock()
 
 
@@ -196,25 +197,30 @@ def share_when_configured(store: ModelCooldown, current: CooldownSettings) -> No
 
     Called by the pools on every scoped call; a no-op unless the settings changed.
     """
-    global _attached
+    global _last_seen
+    if current is _last_seen:
+        return
     wanted = None
     if current.redis_url and current.redis_secret:
         wanted = (current.redis_url, current.redis_secret, current.redis_prefix)
-    if wanted == _attached:
-        return
     with _attach_lock:
-        if wanted == _attached:
-            return
-        previous = store.detach_shared()
-        if isinstance(previous, RedisObservations):
-            previous.close()
-        _attached = wanted
-        if wanted is None:
-            return
-        url, secret, prefix = wanted
-        try:
-            backend = RedisObservations(url, prefix=prefix)
-        except ValueError:  # a URL redis-py cannot use: stay process-local
-            warn_malformed(REDIS_URL_ENV)
-            return
-        store.attach_shared(backend, secret=secret.encode())
+        if wanted != _attached:
+            _attach(store, wanted)
+        _last_seen = current
+
+
+def _attach(store: ModelCooldown, wanted: tuple[str, str, str] | None) -> None:
+    global _attached
+    previous = store.detach_shared()
+    if isinstance(previous, RedisObservations):
+        previous.close()
+    _attached = wanted
+    if wanted is None:
+        return
+    url, secret, prefix = wanted
+    try:
+        backend = RedisObservations(url, prefix=prefix)
+    except ValueError:  # a URL redis-py cannot use: stay process-local
+        warn_malformed(REDIS_URL_ENV)
+        return
+    store.attach_shared(backend, secret=secret.encode())

@@ -262,18 +262,18 @@ class ModelCooldown:
             parts = (credential_message,)
         elif health in ("throttled", "accepted") and scope_message is not None:
             parts = (credential_message, scope_message)
-        entry = b"".join(map(self._digest, parts))
         delay = _delay(retry_after_seconds, fallback, ceiling)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = resolve_now(now)
             self._prune(current_time)
-            if not entry:
+            if not parts:
                 return None
             if health == "accepted":
-                self._deadlines.pop(entry, None)
+                if self._deadlines:  # an empty table has nothing to clear: skip the digests
+                    self._deadlines.pop(b"".join(map(self._digest, parts)), None)
                 deadline = None
             else:
-                deadline = self._store(entry, current_time + delay)
+                deadline = self._store(b"".join(map(self._digest, parts)), current_time + delay)
         sharing = self._shared
         if sharing is not None:
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
@@ -347,23 +347,27 @@ class ModelCooldown:
         provider_frame = _frame(_require_str(provider, "provider"))
         if isinstance(keys, (str, bytes)):
             raise TypeError("keys must be a sequence of strings, not a single string")
-        for key in keys:
-            _require_str(key, "each key")
         scope_message = _scope_message(model, quota_bucket)
         legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
         shared_overflow = 0.0
         sharing = self._shared
         if sharing is not None and keys:
+            for key in keys:
+                _require_str(key, "each key")
             shared, shared_overflow = self._shared_releases(
                 sharing, provider_frame, keys, scope_message, resolve_now(now)
             )
             legacy = {key: max(legacy.get(key, 0.0), shared.get(key, 0.0)) for key in keys}
-        scope = None if scope_message is None else self._digest(scope_message)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = resolve_now(now)
             self._prune(current_time)
             free, earliest = self._scan(
-                provider_frame, keys, scope, legacy, current_time, first_only=mode == "select"
+                provider_frame,
+                keys,
+                scope_message,
+                legacy,
+                current_time,
+                first_only=mode == "select",
             )
             if keys and not free and mode != "available":
                 self._exhausted_total += 1
@@ -378,7 +382,7 @@ class ModelCooldown:
         self,
         provider_frame: bytes,
         keys: Sequence[str],
-        scope: bytes | None,
+        scope_message: bytes | None,
         legacy: Mapping[str, float],
         now: float,
         *,
@@ -386,16 +390,22 @@ class ModelCooldown:
     ) -> tuple[list[str], float]:
         """The keys free at `now` and the earliest release among the others (lock held)."""
         deadlines = self._deadlines
-        credential_prefix = _CREDENTIAL_TAG + provider_frame
         digest = self._digest
+        # With an empty table (a healthy gateway) no digest can match: skip computing them.
+        scope = digest(scope_message) if deadlines and scope_message is not None else None
+        credential_prefix = _CREDENTIAL_TAG + provider_frame
         free: list[str] = []
         earliest = math.inf
         for key in keys:
-            credential = digest(credential_prefix + _frame(key))
+            if not isinstance(key, str):
+                raise TypeError("each key must be a str")
             # A key returns only when its auth, scope and legacy rests have all expired.
-            release = deadlines.get(credential, 0.0)
-            if scope is not None:
-                release = max(release, deadlines.get(credential + scope, 0.0))
+            release = 0.0
+            if deadlines:
+                credential = digest(credential_prefix + _frame(key))
+                release = deadlines.get(credential, 0.0)
+                if scope is not None:
+                    release = max(release, deadlines.get(credential + scope, 0.0))
             if key in legacy:
                 release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
             if release <= now:

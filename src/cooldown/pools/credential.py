@@ -28,10 +28,11 @@ ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
 def _numbered_values(environ: Mapping[str, str], base: str) -> list[str]:
     """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
     # Names first, values only for matches: reading every value would decode the whole env.
+    marker = base + "_"
     numbered = sorted(
         (number, name)
         for name in environ
-        if (number := numbered_suffix(name, base + "_")) is not None
+        if name.startswith(marker) and (number := numbered_suffix(name, marker)) is not None
     )
     return [environ.get(base, ""), *(environ[name] for _, name in numbered)]
 

@@ -72,7 +72,7 @@ def configured_nanogpt_keys(environ: Mapping[str, str] | None = None) -> list[st
         (number, rank, name)
         for rank, prefix in enumerate(_NUMBERED_PREFIXES)
         for name in env
-        if (number := numbered_suffix(name, prefix)) is not None
+        if name.startswith(prefix) and (number := numbered_suffix(name, prefix)) is not None
     )
     indexed.extend((number, env[name]) for number, _, name in numbered)
     preferred = env.get(_PREFERRED_INDEX_ENV, "").strip()
