@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -305,8 +306,10 @@ def start_redis(port: int, tmp_path: Path) -> subprocess.Popen[bytes]:
 def own_redis(
     redis_url: str, tmp_path: Path
 ) -> Iterator[tuple[int, Callable[[], None], Callable[[], None]]]:
-    if not any(Path(d, "redis-server").exists() for d in os.environ["PATH"].split(os.pathsep)):
-        pytest.skip("redis-server binary not installed")
+    if shutil.which("redis-server") is None:
+        if os.environ.get("MODEL_COOLDOWN_REQUIRE_REDIS") == "1":
+            pytest.fail("MODEL_COOLDOWN_REQUIRE_REDIS=1 but redis-server is not installed")
+        pytest.skip("redis-server is not installed")
     port = free_port()
     servers = [start_redis(port, tmp_path)]
 

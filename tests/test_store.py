@@ -233,6 +233,17 @@ def test_release_waits_for_all_three_deadlines(store: ModelCooldown) -> None:
     assert raised.value.retry_after == 5
 
 
+def test_an_empty_table_still_honours_legacy_rests_and_the_guard(store: ModelCooldown) -> None:
+    assert store.available(P, [KEY, OTHER], model="a", legacy_rest_until={KEY: 10}, now=5) == [
+        OTHER
+    ]
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        store.select(P, [KEY], model="a", legacy_rest_until={KEY: 10}, now=5)
+    assert raised.value.retry_after == 5
+    assert store.record(P, KEY, ACCEPTED, model="a", now=5) is None
+    assert store.entry_count == 0
+
+
 def test_available_keeps_order(store: ModelCooldown) -> None:
     keys = ["k1", "k2", "k3", "k4"]
     store.record(P, "k2", THROTTLED, model="a", now=0)
