@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import importlib.util
 import logging
 
 import pytest
+from pytest_mock import MockerFixture
 
 from cooldown import FORWARDED_ENV, CooldownSettings, settings
 
@@ -94,3 +96,74 @@ def test_settings_are_frozen() -> None:
     parsed = settings({})
     with pytest.raises(AttributeError):
         parsed.enabled = True  # type: ignore[misc]
+
+
+SECRET = "k" * 32
+URL = "redis://127.0.0.1:6379/0"
+
+
+def test_redis_settings_parse() -> None:
+    parsed = settings(
+        {
+            "MODEL_COOLDOWN_ENABLED": "true",
+            "MODEL_COOLDOWN_REDIS_URL": f" {URL} ",
+            "MODEL_COOLDOWN_REDIS_SECRET": SECRET,
+            "MODEL_COOLDOWN_REDIS_PREFIX": "gw:prod-1",
+        }
+    )
+    assert (parsed.enabled, parsed.redis_url, parsed.redis_secret) == (True, URL, SECRET)
+    assert parsed.redis_prefix == "gw:prod-1"
+    assert SECRET not in repr(parsed)
+    assert "127.0.0.1" not in repr(parsed)
+
+
+def test_no_url_means_process_local_and_the_secret_is_ignored() -> None:
+    parsed = settings({"MODEL_COOLDOWN_ENABLED": "1", "MODEL_COOLDOWN_REDIS_SECRET": "short"})
+    assert parsed == CooldownSettings(enabled=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "env"),
+    [
+        ("MODEL_COOLDOWN_REDIS_URL", {"MODEL_COOLDOWN_REDIS_URL": "http://host:6379"}),
+        ("MODEL_COOLDOWN_REDIS_URL", {"MODEL_COOLDOWN_REDIS_URL": "redis://"}),
+        ("MODEL_COOLDOWN_REDIS_URL", {"MODEL_COOLDOWN_REDIS_URL": "redis://h:port/0"}),
+        ("MODEL_COOLDOWN_REDIS_SECRET", {"MODEL_COOLDOWN_REDIS_SECRET": "x" * 31}),
+        ("MODEL_COOLDOWN_REDIS_SECRET", {"MODEL_COOLDOWN_REDIS_SECRET": ""}),
+        ("MODEL_COOLDOWN_REDIS_PREFIX", {"MODEL_COOLDOWN_REDIS_PREFIX": "has space"}),
+        ("MODEL_COOLDOWN_REDIS_PREFIX", {"MODEL_COOLDOWN_REDIS_PREFIX": "p" * 101}),
+    ],
+)
+def test_malformed_redis_settings_disable_everything(
+    name: str, env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    full = {
+        "MODEL_COOLDOWN_ENABLED": "true",
+        "MODEL_COOLDOWN_REDIS_URL": "rediss://user:pa55word@cache.internal:6380/2",
+        "MODEL_COOLDOWN_REDIS_SECRET": SECRET,
+        **env,
+    }
+    with caplog.at_level(logging.WARNING, logger="cooldown"):
+        assert settings(full) == CooldownSettings()
+    assert [r.getMessage().split()[0] for r in caplog.records] == [name]
+    for value in (*env.values(), "pa55word", SECRET):
+        if value:
+            assert value not in caplog.text
+
+
+def test_url_without_the_redis_package_is_malformed(
+    mocker: MockerFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_find_spec = importlib.util.find_spec
+    mocker.patch(
+        "importlib.util.find_spec",
+        side_effect=lambda name, *args: None if name == "redis" else real_find_spec(name, *args),
+    )
+    env = {
+        "MODEL_COOLDOWN_ENABLED": "true",
+        "MODEL_COOLDOWN_REDIS_URL": URL,
+        "MODEL_COOLDOWN_REDIS_SECRET": SECRET,
+    }
+    with caplog.at_level(logging.WARNING, logger="cooldown"):
+        assert settings(env) == CooldownSettings()
+    assert "MODEL_COOLDOWN_REDIS_URL is malformed" in caplog.text
