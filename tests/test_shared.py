@@ -424,3 +424,17 @@ def test_settings_attach_the_process_store(
         assert model_cooldown.stats()["shared"] is False
     finally:
         shared_module.share_when_configured(model_cooldown, shared_module.CooldownSettings())
+
+
+def test_foreign_data_under_the_prefix_degrades_instead_of_raising(
+    redis_url: str, prefix: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.set(f"{prefix}:overflow", "not-a-number")
+    store = ModelCooldown()
+    store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
+    store.record("p", K1, THROTTLED, model="m", now=T)
+    assert store.select("p", [K1, K2], model="m", now=T + 1) == K2
+    assert store.stats()["shared_degraded"] is True
+    client.set(f"{prefix}:deadlines", "wrong type")
+    assert store.select("p", [K1, K2], model="m", now=T + 5) == K2

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .config import REDIS_URL_ENV, CooldownSettings, warn_malformed
 from .store import ModelCooldown
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
 
 logger = logging.getLogger("cooldown")
+_T = TypeVar("_T")
 
 SOCKET_TIMEOUT_SECONDS = 0.1
 FIRST_BACKOFF_SECONDS = 1.0
@@ -126,13 +127,21 @@ class RedisObservations:
 
     # -- failure handling ---------------------------------------------------------------------
 
-    def _call(self, now: float, script: Any, keys: list[str], args: list[Any]) -> Any:
+    def _call(
+        self,
+        now: float,
+        script: Any,
+        keys: list[str],
+        args: list[Any],
+        read: Callable[[Any], _T] = lambda answer: answer,
+    ) -> _T | None:
+        """Run one script and `read` its answer; `None` for any failure, including garbage."""
         with self._lock:
             if self._degraded and now < self._retry_at:
                 return None
         try:
-            answer = script(keys=keys, args=args)
-        except Exception as error:  # any client failure degrades; none reaches a route
+            answer = read(script(keys=keys, args=args))
+        except Exception as error:  # any client or data failure degrades; none reaches a route
             self._failed(now, error)
             return None
         self._succeeded()
@@ -169,14 +178,16 @@ class RedisObservations:
 
     def lookup(self, entries: Sequence[str], now: float) -> tuple[list[float | None], float] | None:
         """Each entry's deadline and the live overflow deadline (0.0 if none), monotonic."""
-        answer = self._call(now, self._lookup, self._keys, [self._to_wall_ms(now), *entries])
-        if answer is None:
-            return None
-        *deadlines, overflow = answer
-        return (
-            [None if value is None else self._to_monotonic(value) for value in deadlines],
-            0.0 if overflow is None else self._to_monotonic(overflow),
-        )
+
+        def read(answer: list[Any]) -> tuple[list[float | None], float]:
+            *deadlines, overflow = answer
+            return (
+                [None if value is None else self._to_monotonic(value) for value in deadlines],
+                0.0 if overflow is None else self._to_monotonic(overflow),
+            )
+
+        args = [self._to_wall_ms(now), *entries]
+        return self._call(now, self._lookup, self._keys, args, read)
 
     def stats(self) -> dict[str, int | bool]:
         with self._lock:
