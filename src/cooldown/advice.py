@@ -38,14 +38,16 @@ class RecordingContext(TypedDict, total=False):
     retry_after_seconds: float | None
 
 
-def _header(headers: Headers, wanted: str) -> object:
+def header_value(headers: Headers, name: str) -> object:
+    """The first value of the header `name`, matched case-insensitively, or `None`."""
+    wanted = name.lower()
     if isinstance(headers, (str, bytes)):
         return None
     items = headers.items() if isinstance(headers, Mapping) else headers
     for item in items:
         if isinstance(item, tuple) and len(item) == 2:
-            name, value = item
-            if isinstance(name, str) and name.lower() == wanted:
+            found, value = item
+            if isinstance(found, str) and found.lower() == wanted:
                 return value
     return None
 
@@ -58,7 +60,7 @@ def retry_after_seconds(headers: Headers | None, *, now: float | None = None) ->
     """
     if headers is None:
         return None
-    value = _header(headers, "retry-after")
+    value = header_value(headers, "Retry-After")
     if not isinstance(value, str):
         return None
     text = value.strip()

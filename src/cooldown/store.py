@@ -76,6 +76,11 @@ class _PreparedHmac:
         return outer.digest()
 
 
+def _credential_message(provider_frame: bytes, credential: str) -> bytes:
+    """What a credential id is the HMAC of, locally and in shared state alike."""
+    return _CREDENTIAL_TAG + provider_frame + _frame(credential)
+
+
 def _scope_message(model: object, quota_bucket: object) -> bytes | None:
     """Bucket wins over model; the two live under different tags so names never collide."""
     bucket = _optional_str(quota_bucket, "quota_bucket")
@@ -187,8 +192,10 @@ class ModelCooldown:
     def credential_id(self, provider: str, credential: str) -> str:
         """The stable, non-reversible id this store uses for a credential, as 64 hex chars."""
         provider_frame = _frame(_require_str(provider, "provider"))
-        credential_frame = _frame(_require_str(credential, "credential"))
-        return self._digest(_CREDENTIAL_TAG + provider_frame + credential_frame).hex()
+        credential_message = _credential_message(
+            provider_frame, _require_str(credential, "credential")
+        )
+        return self._digest(credential_message).hex()
 
     # -- expiry -------------------------------------------------------------------------------
 
@@ -256,7 +263,7 @@ class ModelCooldown:
         if now is not None:
             resolve_now(now)  # reject a bad clock before anything else
         health = outcome.credential_health
-        credential_message = _CREDENTIAL_TAG + provider_frame + _frame(credential)
+        credential_message = _credential_message(provider_frame, credential)
         parts: tuple[bytes, ...] = ()
         if health == "rejected" and credential_wide_auth:
             parts = (credential_message,)
@@ -315,7 +322,7 @@ class ModelCooldown:
         scope = b"" if scope_message is None else digest(scope_message)
         entries: list[str] = []
         for key in keys:
-            credential = digest(_CREDENTIAL_TAG + provider_frame + _frame(key))
+            credential = digest(_credential_message(provider_frame, _require_str(key, "each key")))
             entries.append(credential.hex())
             if scope:
                 entries.append((credential + scope).hex())
@@ -352,8 +359,6 @@ class ModelCooldown:
         shared_overflow = 0.0
         sharing = self._shared
         if sharing is not None and keys:
-            for key in keys:
-                _require_str(key, "each key")
             shared, shared_overflow = self._shared_releases(
                 sharing, provider_frame, keys, scope_message, resolve_now(now)
             )
@@ -393,7 +398,6 @@ class ModelCooldown:
         digest = self._digest
         # With an empty table (a healthy gateway) no digest can match: skip computing them.
         scope = digest(scope_message) if deadlines and scope_message is not None else None
-        credential_prefix = _CREDENTIAL_TAG + provider_frame
         free: list[str] = []
         earliest = math.inf
         for key in keys:
@@ -402,7 +406,7 @@ class ModelCooldown:
             # A key returns only when its auth, scope and legacy rests have all expired.
             release = 0.0
             if deadlines:
-                credential = digest(credential_prefix + _frame(key))
+                credential = digest(_credential_message(provider_frame, key))
                 release = deadlines.get(credential, 0.0)
                 if scope is not None:
                     release = max(release, deadlines.get(credential + scope, 0.0))

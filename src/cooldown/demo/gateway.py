@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from ..advice import recording_context, selection_scope
+from ..advice import header_value, recording_context, selection_scope
 from ..errors import APIError
 from ..outcome import classify_upstream_outcome
 from ..pools import CredentialPool
@@ -91,8 +91,8 @@ def _passthrough(reply: UpstreamReply) -> Response:
     if reply.status is None:
         raise APIError("The upstream could not be reached.", 502, {"error": "upstream_unreachable"})
     response = Response(json.dumps(reply.body), status=reply.status, mimetype="application/json")
-    retry_after = {name.lower(): value for name, value in reply.headers.items()}.get("retry-after")
-    if retry_after is not None:
+    retry_after = header_value(reply.headers, "Retry-After")
+    if isinstance(retry_after, str):
         response.headers["Retry-After"] = retry_after
     return response
 

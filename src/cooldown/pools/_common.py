@@ -84,8 +84,10 @@ class ScopedRecording(NamedTuple):
     def from_call(
         cls, status: int, outcome: UpstreamOutcome | None, credential_wide_auth: bool | None
     ) -> ScopedRecording:
-        """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise."""
-        check_evidence(outcome, credential_wide_auth)
+        """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise.
+
+        The pools have already passed both through `check_evidence`.
+        """
         return cls(
             _classify_status(status) if outcome is None else outcome,
             status == 401 if credential_wide_auth is None else credential_wide_auth,

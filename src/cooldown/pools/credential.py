@@ -7,6 +7,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+from ..advice import header_value
 from ..outcome import UpstreamOutcome
 from ..store import model_cooldown, resolve_now
 from ._common import (
@@ -38,11 +39,11 @@ def _numbered_values(environ: Mapping[str, str], base: str) -> list[str]:
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
-    for name, value in headers.items():
-        if name.lower() == "authorization" and isinstance(value, str):
-            scheme, _, token = value.strip().partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
+    value = header_value(headers, "Authorization")
+    if isinstance(value, str):
+        scheme, _, token = value.strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
     return None
 
 
