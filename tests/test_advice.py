@@ -39,19 +39,21 @@ def http_date(offset: float) -> str:
     ],
 )
 def test_delta_seconds(value: str, expected: float | None) -> None:
-    assert retry_after_seconds({"Retry-After": value}, now=NOW) == expected
+    assert retry_after_seconds({"Retry-After": value}, received_at=NOW) == expected
 
 
 def test_future_http_date_is_relative_to_now() -> None:
-    assert retry_after_seconds({"retry-after": http_date(90)}, now=NOW) == pytest.approx(90)
+    assert retry_after_seconds({"retry-after": http_date(90)}, received_at=NOW) == pytest.approx(90)
 
 
 def test_past_http_date_is_zero() -> None:
-    assert retry_after_seconds({"RETRY-AFTER": http_date(-300)}, now=NOW) == 0.0
+    assert retry_after_seconds({"RETRY-AFTER": http_date(-300)}, received_at=NOW) == 0.0
 
 
 def test_zoneless_date_is_not_trusted() -> None:
-    assert retry_after_seconds({"Retry-After": "Wed, 21 Oct 2015 07:28:00"}, now=NOW) is None
+    assert (
+        retry_after_seconds({"Retry-After": "Wed, 21 Oct 2015 07:28:00"}, received_at=NOW) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -59,7 +61,7 @@ def test_zoneless_date_is_not_trusted() -> None:
     [None, {}, {"X-Other": "5"}, {"Retry-After": 5}, {"Retry-After": b"5"}, [("Age", "3")]],
 )
 def test_missing_or_non_text_headers(headers: object) -> None:
-    assert retry_after_seconds(headers, now=NOW) is None  # type: ignore[arg-type]
+    assert retry_after_seconds(headers, received_at=NOW) is None  # type: ignore[arg-type]
 
 
 def test_werkzeug_headers_and_pairs_are_accepted() -> None:

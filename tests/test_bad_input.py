@@ -118,9 +118,8 @@ def test_documented_defaults() -> None:
     store = ModelCooldown()
     for advice in (math.nan, math.inf, -1, True, "5", None, [1]):
         assert store.record("p", "k", THROTTLED, model="m", retry_after_seconds=advice, now=0) == 60  # type: ignore[arg-type]
-    assert (
-        store.record("p", "k", THROTTLED, model="m", max_seconds=-5, now=0) == 60
-    )  # existing, later
+    # max_seconds=-5 is clamped to 1, which truncates the live 60 s entry to 1 s.
+    assert store.record("p", "k", THROTTLED, model="m", max_seconds=-5, now=0) == 1
     assert ModelCooldown(max_entries=-1).capacity == 1
     assert retry_after_seconds({"Retry-After": HUGE}) is None
     assert retry_after_seconds({"Retry-After": "\x00\n"}) is None

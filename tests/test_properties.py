@@ -204,5 +204,5 @@ header_values = st.one_of(
 @settings(max_examples=1000, deadline=None)
 @given(value=header_values, name=st.sampled_from(["Retry-After", "retry-after", "RETRY-AFTER"]))
 def test_retry_after_parser_never_raises(value: object, name: str) -> None:
-    seconds = retry_after_seconds({name: value}, now=1_800_000_000.0)
+    seconds = retry_after_seconds({name: value}, received_at=1_800_000_000.0)
     assert seconds is None or (math.isfinite(seconds) and seconds >= 0)

@@ -134,7 +134,7 @@ def test_no_url_means_process_local_and_the_secret_is_ignored() -> None:
         ("MODEL_COOLDOWN_REDIS_PREFIX", {"MODEL_COOLDOWN_REDIS_PREFIX": "p" * 101}),
     ],
 )
-def test_malformed_redis_settings_disable_everything(
+def test_malformed_redis_settings_turn_only_sharing_off(
     name: str, env: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     full = {
@@ -144,7 +144,7 @@ def test_malformed_redis_settings_disable_everything(
         **env,
     }
     with caplog.at_level(logging.WARNING, logger="cooldown"):
-        assert settings(full) == CooldownSettings()
+        assert settings(full) == CooldownSettings(enabled=True)  # cooldowns on, not shared
     assert [r.getMessage().split()[0] for r in caplog.records] == [name]
     for value in (*env.values(), "pa55word", SECRET):
         if value:
@@ -165,5 +165,5 @@ def test_url_without_the_redis_package_is_malformed(
         "MODEL_COOLDOWN_REDIS_SECRET": SECRET,
     }
     with caplog.at_level(logging.WARNING, logger="cooldown"):
-        assert settings(env) == CooldownSettings()
+        assert settings(env) == CooldownSettings(enabled=True)
     assert "MODEL_COOLDOWN_REDIS_URL is malformed" in caplog.text

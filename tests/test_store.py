@@ -395,6 +395,7 @@ def test_stats_are_counts_only(store: ModelCooldown) -> None:
         "overflow_active": False,
         "recorded_total": 2,
         "dropped_at_capacity_total": 0,
+        "escalated_total": 0,
         "exhausted_total": 0,
         "capacity_rejections_total": 0,
         "shared": False,

@@ -17,6 +17,7 @@ from cooldown import (
 )
 
 CAPACITY = 4
+SCOPE_BUDGET = 2
 KEYS = ["k1", "k2", "k3"]
 PROVIDERS = ["p", "q"]
 OUTCOMES = [
@@ -49,14 +50,20 @@ class Reference:
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str, tuple[str, str] | None], float] = {}
         self.overflow = 0.0
+        self.escalated = 0
 
-    def prune(self, now: float) -> None:
-        self.entries = {k: d for k, d in self.entries.items() if d > now}
+    def prune(self, now: float, ceiling: float) -> None:
+        """Drop what expired, then cap what is left at `now + ceiling` (a lowered maximum)."""
+        self.entries = {k: min(d, now + ceiling) for k, d in self.entries.items() if d > now}
         if self.overflow <= now:
             self.overflow = 0.0
+        self.overflow = min(self.overflow, now + ceiling)
+
+    def scopes_held(self, provider: str, key: str) -> int:
+        return sum(1 for p, k, s in self.entries if (p, k) == (provider, key) and s is not None)
 
     def record(self, provider, key, outcome, model, bucket, wide, advice, fallback, ceiling, now):  # type: ignore[no-untyped-def]
-        self.prune(now)
+        self.prune(now, ceiling)
         scope = scope_of(model, bucket)
         health = outcome.credential_health
         if health == "accepted":
@@ -67,6 +74,9 @@ class Reference:
             entry = (provider, key, None)
         elif health == "throttled" and scope is not None:
             entry = (provider, key, scope)
+            if entry not in self.entries and self.scopes_held(provider, key) >= SCOPE_BUDGET:
+                entry = (provider, key, None)  # over budget: the credential cools everywhere
+                self.escalated += 1
         else:
             return None
         usable = (
@@ -88,7 +98,7 @@ class Reference:
 
     def select(self, provider, keys, model, bucket, legacy, ceiling, now, *, raise_empty):  # type: ignore[no-untyped-def]
         """(free keys, or the error as (kind, retry_after))."""
-        self.prune(now)
+        self.prune(now, ceiling)
         scope = scope_of(model, bucket)
         free, releases = [], []
         for key in keys:
@@ -113,7 +123,7 @@ class Reference:
 class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.store = ModelCooldown(max_entries=CAPACITY)
+        self.store = ModelCooldown(max_entries=CAPACITY, scopes_per_credential=SCOPE_BUDGET)
         self.reference = Reference()
         self.now = 1000.0
 
@@ -198,6 +208,7 @@ class StoreMachine(RuleBasedStateMachine):
     def same_entry_count_and_cap(self) -> None:
         assert self.store.entry_count == len(self.reference.entries) <= CAPACITY
         assert self.store.stats()["overflow_active"] == (self.reference.overflow != 0.0)
+        assert self.store.stats()["escalated_total"] == self.reference.escalated
 
 
 StoreMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)

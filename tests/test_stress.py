@@ -136,5 +136,7 @@ def test_no_cooling_key_is_ever_selected(stress_pools: list[str]) -> None:
     assert counts["exhausted"] > 0
     stats = model_cooldown.stats()
     assert stats["live_observations"] <= MAX_ENTRIES
-    assert stats["dropped_at_capacity_total"] > 0  # the run really reached the cap
+    # 5000 models through 40 keys: the scope budget, not the global cap, bounds the table.
+    assert stats["escalated_total"] > 0
+    assert stats["dropped_at_capacity_total"] == 0
     print(f"stress: {THREADS * OPERATIONS} operations, {counts}, store {stats}")

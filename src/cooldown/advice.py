@@ -52,11 +52,14 @@ def header_value(headers: Headers, name: str) -> object:
     return None
 
 
-def retry_after_seconds(headers: Headers | None, *, now: float | None = None) -> float | None:
+def retry_after_seconds(
+    headers: Headers | None, *, received_at: float | None = None
+) -> float | None:
     """Seconds from an upstream `Retry-After`: delta-seconds or an HTTP-date.
 
-    `now` is wall-clock time (`time.time()`), because an HTTP-date is. Anything negative,
-    non-finite or unparsable gives `None`, so the pool falls back to its own duration.
+    `received_at` is wall-clock time (`time.time()`), because an HTTP-date is; it is not
+    called `now` so that nobody passes it to a pool, whose `now` is monotonic. Anything
+    negative, non-finite or unparsable gives `None`: the pool falls back to its own duration.
     """
     if headers is None:
         return None
@@ -74,7 +77,7 @@ def retry_after_seconds(headers: Headers | None, *, now: float | None = None) ->
     if moment.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is not trusted
         return None
     try:
-        wall_clock = time.time() if now is None else float(now)
+        wall_clock = time.time() if received_at is None else float(received_at)
         remaining = moment.timestamp() - wall_clock
     except (OverflowError, ValueError, OSError):
         return None
@@ -93,6 +96,8 @@ def selection_scope(
     The bucket comes only from explicit configuration: `quota_buckets[provider]` is one
     bucket for every model of the provider, or a mapping from member model to bucket.
     """
+    if quota_buckets is not None and not isinstance(quota_buckets, Mapping):
+        raise TypeError("quota_buckets must be a mapping of provider to bucket or {model: bucket}")
     if not settings(environ).enabled:
         return {}
     resolved_model = model if isinstance(model, str) and model else None
@@ -115,7 +120,7 @@ def recording_context(
     outcome: UpstreamOutcome | None = None,
     cancelled: bool = False,
     transport_failure: str | None = None,
-    now: float | None = None,
+    received_at: float | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> RecordingContext:
     """`outcome=`, `credential_wide_auth=` and `retry_after_seconds=` for recording.
@@ -131,5 +136,5 @@ def recording_context(
     return {
         "outcome": outcome,
         "credential_wide_auth": status == 401 and not cancelled,
-        "retry_after_seconds": retry_after_seconds(headers, now=now),
+        "retry_after_seconds": retry_after_seconds(headers, received_at=received_at),
     }

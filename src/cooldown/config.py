@@ -6,14 +6,22 @@ import importlib.util
 import logging
 import os
 import string
-import threading
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["FORWARDED_ENV", "CooldownSettings", "settings"]
+from .forksafe import new_lock
+
+__all__ = [
+    "FORWARDED_ENV",
+    "CooldownSettings",
+    "bounded_int",
+    "environment_value",
+    "settings",
+]
 
 logger = logging.getLogger("cooldown")
 
@@ -32,12 +40,13 @@ FORWARDED_ENV: tuple[str, ...] = (
 )
 """The settings a container environment allowlist must forward for the feature to work."""
 
+_PARSED_ENV = (ENABLED_ENV, MAX_SECONDS_ENV, REDIS_URL_ENV, REDIS_SECRET_ENV, REDIS_PREFIX_ENV)
+
 DEFAULT_MAX_SECONDS = 3600
 LARGEST_MAX_SECONDS = 2_147_483_647
 DEFAULT_REDIS_PREFIX = "model-cooldown"
 MIN_REDIS_SECRET_LENGTH = 32
 
-_T = TypeVar("_T")
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
@@ -63,17 +72,22 @@ class _Malformed(ValueError):
         self.name = name
 
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
+_warned: set[tuple[str, str]] = set()
+_warned_lock = new_lock(sys.modules[__name__], "_warned_lock")
+
+
+def warn_once(name: str, message: str) -> None:
+    """Log `message` (formatted with the variable's name) once per name and message."""
+    with _warned_lock:
+        if (name, message) in _warned:
+            return
+        _warned.add((name, message))
+    logger.warning(message, name)
 
 
 def warn_malformed(name: str) -> None:
     """Log once per setting name per process, naming the setting and never its value."""
-    with _warned_lock:
-        if name in _warned:
-            return
-        _warned.add(name)
-    logger.warning("%s is malformed; model cooldown is disabled", name)
+    warn_once(name, "%s is malformed; model cooldown is disabled")
 
 
 def _parse_enabled(raw: str | None) -> bool:
@@ -85,13 +99,34 @@ def _parse_enabled(raw: str | None) -> bool:
     raise _Malformed(ENABLED_ENV)
 
 
+def bounded_int(text: str, low: int, high: int) -> int | None:
+    """ASCII digits within [low, high]; anything else (even 5000 digits) is None, never raised."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(high)):  # too long to be in range: no int() on it at all
+        return None
+    value = int(significant)
+    return value if low <= value <= high else None
+
+
+def environment_value(environ: Mapping[str, object], name: str) -> str | None:
+    """`environ[name]` as a string or `None`; any other type is the caller's mistake."""
+    value = environ.get(name)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"environment value of {name} must be a str")
+    return value
+
+
 def _parse_max_seconds(raw: str | None) -> int:
     value = (raw or "").strip()
     if not value:
         return DEFAULT_MAX_SECONDS
-    if value.isascii() and value.isdigit() and 1 <= int(value) <= LARGEST_MAX_SECONDS:
-        return int(value)
-    raise _Malformed(MAX_SECONDS_ENV)
+    parsed = bounded_int(value, 1, LARGEST_MAX_SECONDS)
+    if parsed is None:
+        raise _Malformed(MAX_SECONDS_ENV)
+    return parsed
 
 
 def _parse_redis_url(raw: str | None) -> str | None:
@@ -128,44 +163,50 @@ def _parse_redis_prefix(raw: str | None) -> str:
 
 
 @lru_cache(maxsize=64)
-def _parse(
-    enabled: str | None,
-    max_seconds: str | None,
-    redis_url: str | None,
-    redis_secret: str | None,
-    redis_prefix: str | None,
-) -> CooldownSettings:
-    malformed: list[str] = []
-
-    def checked(parse: Callable[[], _T], default: _T) -> _T:
-        try:
-            return parse()
-        except _Malformed as error:
-            malformed.append(error.name)
-            return default
-
-    url = checked(lambda: _parse_redis_url(redis_url), None)
-    url_given = bool((redis_url or "").strip())
-    parsed = CooldownSettings(
-        enabled=checked(lambda: _parse_enabled(enabled), False),
-        max_seconds=checked(lambda: _parse_max_seconds(max_seconds), DEFAULT_MAX_SECONDS),
-        redis_url=url,
-        redis_secret=checked(lambda: _parse_redis_secret(redis_secret, required=url_given), None),
-        redis_prefix=checked(lambda: _parse_redis_prefix(redis_prefix), DEFAULT_REDIS_PREFIX),
-    )
+def _parse(raw: tuple[object, ...]) -> CooldownSettings:
+    values: dict[str, str | None] = {}
+    for name, value in zip(_PARSED_ENV, raw, strict=True):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"environment value of {name} must be a str")
+        values[name] = value
+    malformed = []
+    enabled, max_seconds = False, DEFAULT_MAX_SECONDS
+    try:
+        enabled = _parse_enabled(values[ENABLED_ENV])
+    except _Malformed as error:
+        malformed.append(error.name)
+    try:
+        max_seconds = _parse_max_seconds(values[MAX_SECONDS_ENV])
+    except _Malformed as error:
+        malformed.append(error.name)
     for name in malformed:
         warn_malformed(name)
-    return CooldownSettings() if malformed else parsed
+    if malformed:
+        return CooldownSettings()
+    return CooldownSettings(enabled=enabled, max_seconds=max_seconds, **_sharing(values))
+
+
+def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
+    """The Redis settings; a malformed one turns sharing off and leaves cooldowns on."""
+    if not (values[REDIS_URL_ENV] or "").strip():
+        return {}
+    try:
+        return {
+            "redis_url": _parse_redis_url(values[REDIS_URL_ENV]),
+            "redis_secret": _parse_redis_secret(values[REDIS_SECRET_ENV], required=True),
+            "redis_prefix": _parse_redis_prefix(values[REDIS_PREFIX_ENV]),
+        }
+    except _Malformed as error:
+        warn_once(error.name, "%s is malformed; cooldowns stay on, but are not shared")
+        return {}
 
 
 def settings(environ: Mapping[str, str] | None = None) -> CooldownSettings:
     """Read the settings now, so a changed environment applies to the next call."""
     env = os.environ if environ is None else environ
-    get = env.get
-    return _parse(
-        get(ENABLED_ENV),
-        get(MAX_SECONDS_ENV),
-        get(REDIS_URL_ENV),
-        get(REDIS_SECRET_ENV),
-        get(REDIS_PREFIX_ENV),
-    )
+    if not isinstance(env, Mapping):
+        raise TypeError("environ must be a mapping of str to str")
+    try:
+        return _parse(tuple(map(env.get, _PARSED_ENV)))  # types checked once per environment
+    except TypeError as error:  # an unhashable value never reaches that check
+        raise TypeError("MODEL_COOLDOWN_* environment values must be str") from error

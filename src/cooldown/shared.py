@@ -8,12 +8,13 @@ secret. Every write and every lookup is one Lua script, one round trip.
 from __future__ import annotations
 
 import logging
-import threading
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .config import REDIS_URL_ENV, CooldownSettings, warn_malformed
+from .forksafe import new_lock
 from .store import ModelCooldown
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class RedisObservations:
         self._lookup = self._client.register_script(_LOOKUP)
         # Wall clock = monotonic + offset, fixed per process, so `now=` works in tests too.
         self._offset = time.time() - time.monotonic()
-        self._lock = threading.Lock()
+        self._lock = new_lock(self)
         self._errors_total = 0
         self._degraded = False
         self._retry_at = 0.0
@@ -200,7 +201,7 @@ class RedisObservations:
 
 _attached: tuple[str, str, str] | None = None
 _last_seen: CooldownSettings | None = None  # settings are cached, so identity is cheap
-_attach_lock = threading.Lock()
+_attach_lock = new_lock(sys.modules[__name__], "_attach_lock")
 
 
 def share_when_configured(store: ModelCooldown, current: CooldownSettings) -> None:

@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import secrets
-import threading
 import time
+from array import array
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
 from typing import Literal, NamedTuple, NoReturn, Protocol
 
 from .config import LARGEST_MAX_SECONDS
+from .digests import PreparedHmac, credential_message, frame, scope_message
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
+from .forksafe import new_lock
 from .outcome import UpstreamOutcome
 
-__all__ = ["MAX_ENTRIES", "ModelCooldown", "SharedObservations", "model_cooldown"]
+__all__ = [
+    "MAX_ENTRIES",
+    "SCOPES_PER_CREDENTIAL",
+    "ModelCooldown",
+    "SharedObservations",
+    "model_cooldown",
+    "require_keys",
+]
 
 MAX_ENTRIES = 10000
-_HASH_BLOCK_SIZE = 64  # SHA-256 block size, as RFC 2104 pads the key to it
+SCOPES_PER_CREDENTIAL = 64
+"""Live scope entries one credential may hold; a throttle for one more cools it everywhere."""
+LARGEST_NOW = 1e12
+"""Monotonic seconds (about 31,700 years): a larger `now` is a caller's mistake, not a time."""
+_SCOPE_SLOTS = 1 << 14  # counters of scope entries, indexed by a credential digest's first bits
+_DIGEST_SIZE = 32
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
 _LOCAL_ONLY = {"shared": False, "shared_errors_total": 0, "shared_degraded": False}
 
@@ -41,60 +54,9 @@ class SharedObservations(Protocol):
     def stats(self) -> dict[str, int | bool]: ...
 
 
-def _frame(part: str) -> bytes:
-    """Length-prefix one part, so ("ab", "c") and ("a", "bc") never hash alike."""
-    data = part.encode("utf-8", "surrogatepass")
-    return len(data).to_bytes(8, "big") + data
-
-
-_CREDENTIAL_TAG = _frame("credential")
-_MODEL_TAG = _frame("model")
-_BUCKET_TAG = _frame("quota_bucket")
-
-
-class _PreparedHmac:
-    """HMAC-SHA-256 (RFC 2104) with the keyed inner and outer states computed once.
-
-    Copying two prepared hashes costs well under half of `hmac.digest`, which re-keys on
-    every call; digests are identical (tests compare them).
-    """
-
-    __slots__ = ("_inner", "_outer")
-
-    def __init__(self, key: bytes) -> None:
-        if len(key) > _HASH_BLOCK_SIZE:
-            key = hashlib.sha256(key).digest()
-        padded = key.ljust(_HASH_BLOCK_SIZE, b"\0")
-        self._inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in padded))
-        self._outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in padded))
-
-    def __call__(self, message: bytes) -> bytes:
-        inner = self._inner.copy()
-        inner.update(message)
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()
-
-
-def _credential_message(provider_frame: bytes, credential: str) -> bytes:
-    """What a credential id is the HMAC of, locally and in shared state alike."""
-    return _CREDENTIAL_TAG + provider_frame + _frame(credential)
-
-
-def _scope_message(model: object, quota_bucket: object) -> bytes | None:
-    """Bucket wins over model; the two live under different tags so names never collide."""
-    bucket = _optional_str(quota_bucket, "quota_bucket")
-    model_name = _optional_str(model, "model")
-    if bucket:
-        return _BUCKET_TAG + _frame(bucket)
-    if model_name:
-        return _MODEL_TAG + _frame(model_name)
-    return None
-
-
 class _Sharing(NamedTuple):
     backend: SharedObservations
-    digest: _PreparedHmac  # keyed by the shared secret, not this store's salt
+    digest: PreparedHmac  # keyed by the shared secret, not this store's salt
 
 
 def _require_str(value: object, name: str) -> str:
@@ -103,10 +65,18 @@ def _require_str(value: object, name: str) -> str:
     return value
 
 
-def _optional_str(value: object, name: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{name} must be a str or None")
-    return value
+def require_keys(keys: object) -> Sequence[str]:
+    """A list or tuple of keys (any sequence); an iterator or a lone string is a mistake."""
+    if type(keys) is list or type(keys) is tuple:
+        return keys
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TypeError("keys must be a sequence of strings, such as a list")
+    return keys
+
+
+def _slot(credential: bytes) -> int:
+    """Which scope counter a credential digest shares (a few credentials share each one)."""
+    return (credential[0] << 6) | (credential[1] >> 2)
 
 
 def finite_number(value: object, name: str) -> float:
@@ -123,7 +93,12 @@ def finite_number(value: object, name: str) -> float:
 
 def resolve_now(now: float | None) -> float:
     """The caller's monotonic `now`, validated, or the clock when it is `None`."""
-    return time.monotonic() if now is None else finite_number(now, "now")
+    if now is None:
+        return time.monotonic()
+    current = finite_number(now, "now")
+    if not -LARGEST_NOW <= current <= LARGEST_NOW:
+        raise ValueError("now must be monotonic seconds (time.monotonic()), not a huge number")
+    return current
 
 
 def _bounded_max_seconds(max_seconds: int) -> int:
@@ -153,24 +128,36 @@ class ModelCooldown:
     Keys, models and bucket names are reduced to HMAC digests under a salt that never
     leaves the process, so the table can be inspected, logged or dumped safely. Pass
     `secret` (32 bytes or more) only where two stores must agree on ids, as in tests.
+    `scopes_per_credential` (1 to 64) exists for tests of the scope budget.
     """
 
-    def __init__(self, *, max_entries: int = MAX_ENTRIES, secret: bytes | None = None) -> None:
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int):
-            raise TypeError("max_entries must be an int")
+    def __init__(
+        self,
+        *,
+        max_entries: int = MAX_ENTRIES,
+        secret: bytes | None = None,
+        scopes_per_credential: int = SCOPES_PER_CREDENTIAL,
+    ) -> None:
+        for value, name in ((max_entries, "max_entries"), (scopes_per_credential, "scopes")):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int")
         if secret is not None and (not isinstance(secret, bytes) or len(secret) < 32):
             raise ValueError("secret must be at least 32 bytes")
         self._capacity = min(MAX_ENTRIES, max(1, max_entries))
+        self._scope_budget = min(SCOPES_PER_CREDENTIAL, max(1, scopes_per_credential))
         # A random salt by default: ids are stable within this store and nowhere else.
-        self._digest = _PreparedHmac(secrets.token_bytes(32) if secret is None else secret)
-        self._lock = threading.Lock()
+        self._digest = PreparedHmac(secrets.token_bytes(32) if secret is None else secret)
+        self._lock = new_lock(self)
         self._deadlines: dict[bytes, float] = {}
         self._expiry: list[float] = []  # distinct deadlines, a min-heap
         self._due: dict[float, bytes | list[bytes]] = {}  # deadline -> the entries due then
         self._scheduled = 0  # entries listed in _due, stale ones included
+        self._scopes_in_slot = array("H", bytes(2 * _SCOPE_SLOTS))
+        self._latest = 0.0  # no live deadline is later: truncation needs no scan below it
         self._overflow_until = 0.0
         self._recorded_total = 0
         self._dropped_at_capacity_total = 0
+        self._escalated_total = 0
         self._exhausted_total = 0
         self._capacity_rejections_total = 0
         self._shared: _Sharing | None = None
@@ -191,11 +178,9 @@ class ModelCooldown:
 
     def credential_id(self, provider: str, credential: str) -> str:
         """The stable, non-reversible id this store uses for a credential, as 64 hex chars."""
-        provider_frame = _frame(_require_str(provider, "provider"))
-        credential_message = _credential_message(
-            provider_frame, _require_str(credential, "credential")
-        )
-        return self._digest(credential_message).hex()
+        provider_frame = frame(_require_str(provider, "provider"))
+        message = credential_message(provider_frame, _require_str(credential, "credential"))
+        return self._digest(message).hex()
 
     # -- expiry -------------------------------------------------------------------------------
 
@@ -210,8 +195,13 @@ class ModelCooldown:
             self._due[deadline] = [due, entry]
         self._scheduled += 1
 
-    def _prune(self, now: float) -> None:
-        """Pop due deadlines from the heap head; entries extended or cleared since are skipped."""
+    def _forget(self, entry: bytes) -> None:
+        """Bookkeeping for an entry that just left the table (lock held)."""
+        if len(entry) > _DIGEST_SIZE:
+            self._scopes_in_slot[_slot(entry)] -= 1
+
+    def _advance(self, now: float, max_seconds: int) -> None:
+        """Prune what expired, then hold every deadline within this call's maximum."""
         expiry, deadlines = self._expiry, self._deadlines
         while expiry and expiry[0] <= now:
             deadline = heappop(expiry)
@@ -221,10 +211,24 @@ class ModelCooldown:
             for entry in entries:
                 if deadlines.get(entry) == deadline:
                     del deadlines[entry]
+                    self._forget(entry)
         if self._overflow_until and self._overflow_until <= now:
             self._overflow_until = 0.0
+        if self._latest > now + max_seconds:
+            self._truncate(now + max_seconds)
         if self._scheduled > 2 * len(deadlines) + 64:
             self._reschedule()
+
+    def _truncate(self, limit: float) -> None:
+        """A lowered maximum shortens every live cooldown, once (an operator's incident lever)."""
+        deadlines = self._deadlines
+        for entry, deadline in deadlines.items():
+            if deadline > limit:
+                deadlines[entry] = limit
+        if self._overflow_until > limit:
+            self._overflow_until = limit
+        self._latest = limit
+        self._reschedule()
 
     def _reschedule(self) -> None:
         """Drop stale schedule items once they outnumber live entries; amortised O(1)."""
@@ -251,7 +255,7 @@ class ModelCooldown:
         now: float | None = None,
     ) -> float | None:
         """Store what one attempt proved about a credential; return the entry's deadline."""
-        provider_frame = _frame(_require_str(provider, "provider"))
+        provider_frame = frame(_require_str(provider, "provider"))
         _require_str(credential, "credential")
         if not isinstance(outcome, UpstreamOutcome):
             raise TypeError("outcome must be an UpstreamOutcome")
@@ -259,28 +263,34 @@ class ModelCooldown:
             raise TypeError("credential_wide_auth must be a bool")
         fallback = finite_number(fallback_seconds, "fallback_seconds")
         ceiling = _bounded_max_seconds(max_seconds)
-        scope_message = _scope_message(model, quota_bucket)
+        scope = scope_message(model, quota_bucket)
         if now is not None:
             resolve_now(now)  # reject a bad clock before anything else
         health = outcome.credential_health
-        credential_message = _credential_message(provider_frame, credential)
         parts: tuple[bytes, ...] = ()
         if health == "rejected" and credential_wide_auth:
-            parts = (credential_message,)
-        elif health in ("throttled", "accepted") and scope_message is not None:
-            parts = (credential_message, scope_message)
+            parts = (credential_message(provider_frame, credential),)
+        elif health in ("throttled", "accepted") and scope is not None:
+            parts = (credential_message(provider_frame, credential), scope)
         delay = _delay(retry_after_seconds, fallback, ceiling)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = resolve_now(now)
-            self._prune(current_time)
+            self._advance(current_time, ceiling)
             if not parts:
                 return None
             if health == "accepted":
-                if self._deadlines:  # an empty table has nothing to clear: skip the digests
-                    self._deadlines.pop(b"".join(map(self._digest, parts)), None)
                 deadline = None
+                if self._deadlines:  # an empty table has nothing to clear: skip the digests
+                    entry = b"".join(map(self._digest, parts))
+                    if self._deadlines.pop(entry, None) is not None:
+                        self._forget(entry)
             else:
-                deadline = self._store(b"".join(map(self._digest, parts)), current_time + delay)
+                entry = b"".join(map(self._digest, parts))
+                if len(parts) == 2 and self._over_scope_budget(entry):
+                    parts = parts[:1]  # one scope too many: cool the credential for all of them
+                    entry = entry[:_DIGEST_SIZE]
+                    self._escalated_total += 1
+                deadline = self._store(entry, current_time + delay)
         sharing = self._shared
         if sharing is not None:
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
@@ -290,6 +300,18 @@ class ModelCooldown:
                 sharing.backend.record(shared_entry, current_time + delay, current_time)
         return deadline
 
+    def _over_scope_budget(self, entry: bytes) -> bool:
+        """Would storing this new scope entry give its credential more than its budget?"""
+        if entry in self._deadlines or self._scopes_in_slot[_slot(entry)] < self._scope_budget:
+            return False
+        credential = entry[:_DIGEST_SIZE]  # the slot is shared: count this credential exactly
+        held = sum(
+            1
+            for other in self._deadlines
+            if len(other) > _DIGEST_SIZE and other.startswith(credential)
+        )
+        return held >= self._scope_budget
+
     def _store(self, entry: bytes, deadline: float) -> float:
         """Keep the later deadline; at capacity keep every live entry and raise the guard."""
         current = self._deadlines.get(entry)
@@ -297,10 +319,14 @@ class ModelCooldown:
             return current
         if current is None and len(self._deadlines) >= self._capacity:
             self._overflow_until = max(self._overflow_until, deadline)
+            self._latest = max(self._latest, deadline)
             self._dropped_at_capacity_total += 1
             return deadline
+        if current is None and len(entry) > _DIGEST_SIZE:
+            self._scopes_in_slot[_slot(entry)] += 1
         self._deadlines[entry] = deadline
         self._schedule(entry, deadline)
+        self._latest = max(self._latest, deadline)
         self._recorded_total += 1
         return deadline
 
@@ -311,7 +337,7 @@ class ModelCooldown:
         sharing: _Sharing,
         provider_frame: bytes,
         keys: Sequence[str],
-        scope_message: bytes | None,
+        scope: bytes | None,
         now: float,
     ) -> tuple[dict[str, float], float]:
         """Per key, the later of its shared wide and scope deadlines; and the shared overflow.
@@ -319,18 +345,18 @@ class ModelCooldown:
         One round trip; when Redis does not answer, nothing (the local answer stands).
         """
         digest = sharing.digest
-        scope = b"" if scope_message is None else digest(scope_message)
+        scope_digest = b"" if scope is None else digest(scope)
         entries: list[str] = []
         for key in keys:
-            credential = digest(_credential_message(provider_frame, _require_str(key, "each key")))
+            credential = digest(credential_message(provider_frame, _require_str(key, "each key")))
             entries.append(credential.hex())
-            if scope:
-                entries.append((credential + scope).hex())
+            if scope_digest:
+                entries.append((credential + scope_digest).hex())
         answer = sharing.backend.lookup(entries, now)
         if answer is None:
             return {}, 0.0
         deadlines, overflow = answer
-        per_key = 2 if scope else 1
+        per_key = 2 if scope_digest else 1
         releases = {
             key: max(d or 0.0 for d in deadlines[index * per_key : (index + 1) * per_key])
             for index, key in enumerate(keys)
@@ -351,25 +377,24 @@ class ModelCooldown:
     ) -> list[str]:
         """The shared body of `available`, `eligible` and `select` (which stops at one key)."""
         ceiling = _bounded_max_seconds(max_seconds)
-        provider_frame = _frame(_require_str(provider, "provider"))
-        if isinstance(keys, (str, bytes)):
-            raise TypeError("keys must be a sequence of strings, not a single string")
-        scope_message = _scope_message(model, quota_bucket)
+        provider_frame = frame(_require_str(provider, "provider"))
+        keys = require_keys(keys)
+        scope = scope_message(model, quota_bucket)
         legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
         shared_overflow = 0.0
         sharing = self._shared
         if sharing is not None and keys:
             shared, shared_overflow = self._shared_releases(
-                sharing, provider_frame, keys, scope_message, resolve_now(now)
+                sharing, provider_frame, keys, scope, resolve_now(now)
             )
             legacy = {key: max(legacy.get(key, 0.0), shared.get(key, 0.0)) for key in keys}
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = resolve_now(now)
-            self._prune(current_time)
+            self._advance(current_time, ceiling)
             free, earliest = self._scan(
                 provider_frame,
                 keys,
-                scope_message,
+                scope,
                 legacy,
                 current_time,
                 first_only=mode == "select",
@@ -387,7 +412,7 @@ class ModelCooldown:
         self,
         provider_frame: bytes,
         keys: Sequence[str],
-        scope_message: bytes | None,
+        scope: bytes | None,
         legacy: Mapping[str, float],
         now: float,
         *,
@@ -397,7 +422,7 @@ class ModelCooldown:
         deadlines = self._deadlines
         digest = self._digest
         # With an empty table (a healthy gateway) no digest can match: skip computing them.
-        scope = digest(scope_message) if deadlines and scope_message is not None else None
+        scope_digest = digest(scope) if deadlines and scope is not None else None
         free: list[str] = []
         earliest = math.inf
         for key in keys:
@@ -406,10 +431,10 @@ class ModelCooldown:
             # A key returns only when its auth, scope and legacy rests have all expired.
             release = 0.0
             if deadlines:
-                credential = digest(_credential_message(provider_frame, key))
+                credential = digest(credential_message(provider_frame, key))
                 release = deadlines.get(credential, 0.0)
-                if scope is not None:
-                    release = max(release, deadlines.get(credential + scope, 0.0))
+                if scope_digest is not None:
+                    release = max(release, deadlines.get(credential + scope_digest, 0.0))
             if key in legacy:
                 release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
             if release <= now:
@@ -500,7 +525,7 @@ class ModelCooldown:
         """
         if not isinstance(secret, bytes) or len(secret) < 32:
             raise ValueError("secret must be at least 32 bytes")
-        self._shared = _Sharing(shared, _PreparedHmac(secret))
+        self._shared = _Sharing(shared, PreparedHmac(secret))
 
     def detach_shared(self) -> SharedObservations | None:
         """Back to process-local state; returns the detached backend for closing."""
@@ -527,6 +552,7 @@ class ModelCooldown:
                 "overflow_active": self._overflow_until != 0.0,
                 "recorded_total": self._recorded_total,
                 "dropped_at_capacity_total": self._dropped_at_capacity_total,
+                "escalated_total": self._escalated_total,
                 "exhausted_total": self._exhausted_total,
                 "capacity_rejections_total": self._capacity_rejections_total,
                 **(_LOCAL_ONLY if self._shared is None else self._shared.backend.stats()),
@@ -539,9 +565,12 @@ class ModelCooldown:
             self._expiry.clear()
             self._due.clear()
             self._scheduled = 0
+            self._scopes_in_slot = array("H", bytes(2 * _SCOPE_SLOTS))
+            self._latest = 0.0
             self._overflow_until = 0.0
             self._recorded_total = 0
             self._dropped_at_capacity_total = 0
+            self._escalated_total = 0
             self._exhausted_total = 0
             self._capacity_rejections_total = 0
 

@@ -21,12 +21,18 @@ def _json_response(body: dict[str, object], status: int) -> Response:
 
 
 def expose_retry_after(response: Response) -> Response:
-    """Merge `Retry-After` into `Access-Control-Expose-Headers`, once."""
-    existing = response.headers.get(EXPOSE_HEADER, "")
-    names = [name.strip() for name in existing.split(",") if name.strip()]
-    if not any(name.lower() == "retry-after" for name in names):
-        names.append("Retry-After")
-    response.headers[EXPOSE_HEADER] = ", ".join(names)
+    """Merge every `Access-Control-Expose-Headers` field into one, plus `Retry-After`.
+
+    Flask-CORS adds a field of its own next to any the app set: every name already exposed
+    is kept, once (case-insensitively).
+    """
+    names: dict[str, str] = {}
+    for field in response.headers.getlist(EXPOSE_HEADER):
+        for name in field.split(","):
+            if name.strip():
+                names.setdefault(name.strip().lower(), name.strip())
+    names.setdefault("retry-after", "Retry-After")
+    response.headers[EXPOSE_HEADER] = ", ".join(names.values())
     return response
 
 

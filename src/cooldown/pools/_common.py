@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+import sys
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..config import settings
+from ..config import bounded_int, environment_value, settings, warn_once
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 from ..shared import share_when_configured
 from ..store import model_cooldown
@@ -14,10 +16,12 @@ from ..store import model_cooldown
 __all__ = [
     "ScopedRecording",
     "check_evidence",
+    "key_value",
     "numbered_suffix",
     "scoped_max_seconds",
     "status_code",
     "unique_stripped",
+    "without_placeholders",
 ]
 
 
@@ -32,10 +36,32 @@ def unique_stripped(values: Iterable[object]) -> list[str]:
     return list(seen)
 
 
+_PLACEHOLDER = re.compile(r"your[-_].*|<.*>|changeme|replace[-_]?me", re.IGNORECASE | re.DOTALL)
+
+
+def key_value(environ: Mapping[str, object], name: str) -> str:
+    """The key configured in `name`, or `""` when unset or a placeholder copied from a template."""
+    value = (environment_value(environ, name) or "").strip()
+    if _PLACEHOLDER.fullmatch(value):
+        warn_once(name, "%s holds a placeholder, not a key; it is skipped")
+        return ""
+    return value
+
+
+def without_placeholders(values: list[str], name: str) -> list[str]:
+    """The values of the list variable `name` that are keys, not template placeholders."""
+    kept = [value for value in values if not _PLACEHOLDER.fullmatch(value.strip())]
+    if len(kept) != len(values):
+        warn_once(name, "%s holds a placeholder, not a key; it is skipped")
+    return kept
+
+
 def numbered_suffix(name: str, prefix: str) -> int | None:
-    """`n` when `name` is `prefix` followed by ASCII digits only, else `None`."""
-    suffix = name[len(prefix) :] if name.startswith(prefix) else ""
-    return int(suffix) if suffix.isascii() and suffix.isdigit() else None
+    """`n` when `name` is `prefix` and ASCII digits up to `sys.maxsize`, else `None`."""
+    if not name.startswith(prefix):
+        return None
+    suffix = name[len(prefix) :]
+    return bounded_int(suffix, 0, sys.maxsize) if suffix == suffix.strip() else None
 
 
 def check_evidence(outcome: object, credential_wide_auth: object) -> None:

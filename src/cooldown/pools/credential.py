@@ -8,11 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from ..advice import header_value
+from ..forksafe import new_lock
 from ..outcome import UpstreamOutcome
-from ..store import model_cooldown, resolve_now
+from ..store import model_cooldown, require_keys, resolve_now
 from ._common import (
     ScopedRecording,
     check_evidence,
+    key_value,
     numbered_suffix,
     scoped_max_seconds,
     status_code,
@@ -24,9 +26,10 @@ __all__ = ["CredentialPool"]
 AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
 ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
+LEGACY_MAP_FLOOR = 1024
 
 
-def _numbered_values(environ: Mapping[str, str], base: str) -> list[str]:
+def _numbered_values(environ: Mapping[str, object], base: str) -> list[str]:
     """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
     # Names first, values only for matches: reading every value would decode the whole env.
     marker = base + "_"
@@ -35,7 +38,7 @@ def _numbered_values(environ: Mapping[str, str], base: str) -> list[str]:
         for name in environ
         if name.startswith(marker) and (number := numbered_suffix(name, marker)) is not None
     )
-    return [environ.get(base, ""), *(environ[name] for _, name in numbered)]
+    return [key_value(environ, name) for name in (base, *(name for _, name in numbered))]
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -55,8 +58,9 @@ class CredentialPool:
     and only mirrors genuine credential-wide auth rejections into the legacy map.
     """
 
-    _lock: ClassVar[threading.RLock] = threading.RLock()
+    _lock: ClassVar[threading.Lock]  # the legacy map; never held across Redis
     _rest_until: ClassVar[dict[tuple[str, str], float]] = {}
+    _rest_limit: ClassVar[int] = LEGACY_MAP_FLOOR  # sweep expired rests beyond this size
     _providers: ClassVar[dict[str, str]] = {
         "ce-gpt-plus": f"{ENV_PREFIX}_GPT_PLUS_POOL",
         "ce-gpt-pro": f"{ENV_PREFIX}_GPT_PRO_POOL",
@@ -120,35 +124,43 @@ class CredentialPool:
             cls._record_legacy(provider, key, status, current_time)
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
-        with cls._lock:
-            deadline = model_cooldown.record(
-                provider,
-                key,
-                evidence.outcome,
-                model=model,
-                quota_bucket=quota_bucket,
-                credential_wide_auth=evidence.credential_wide_auth,
-                retry_after_seconds=retry_after_seconds,
-                fallback_seconds=evidence.fallback(
-                    rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
-                ),
-                max_seconds=max_seconds,
-                now=current_time,
-            )
-            if evidence.rejected_wide and deadline is not None:
-                # Unscoped selection must see a genuine auth failure too.
+        deadline = model_cooldown.record(  # no pool lock: the store may reach Redis
+            provider,
+            key,
+            evidence.outcome,
+            model=model,
+            quota_bucket=quota_bucket,
+            credential_wide_auth=evidence.credential_wide_auth,
+            retry_after_seconds=retry_after_seconds,
+            fallback_seconds=evidence.fallback(
+                rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
+            ),
+            max_seconds=max_seconds,
+            now=current_time,
+        )
+        if evidence.rejected_wide and deadline is not None:
+            # Unscoped selection must see a genuine auth failure too.
+            with cls._lock:
                 rest = cls._rest_until.get((provider, key), 0.0)
-                cls._rest_until[(provider, key)] = max(rest, deadline)
+                cls._rest(provider, key, max(rest, deadline), current_time)
 
     @classmethod
     def _record_legacy(cls, provider: str, key: str, status: int, now: float) -> None:
         with cls._lock:
             if status in (401, 402, 403):
-                cls._rest_until[(provider, key)] = now + AUTH_REST_SECONDS
+                cls._rest(provider, key, now + AUTH_REST_SECONDS, now)
             elif status == 429:
-                cls._rest_until[(provider, key)] = now + THROTTLE_REST_SECONDS
+                cls._rest(provider, key, now + THROTTLE_REST_SECONDS, now)
             elif 200 <= status < 300:
                 cls._rest_until.pop((provider, key), None)
+
+    @classmethod
+    def _rest(cls, provider: str, key: str, until: float, now: float) -> None:
+        """Rest a key; the map never outgrows max(1024, twice its live rests) (lock held)."""
+        cls._rest_until[(provider, key)] = until
+        if len(cls._rest_until) > cls._rest_limit:
+            cls._rest_until = {entry: rest for entry, rest in cls._rest_until.items() if rest > now}
+            cls._rest_limit = max(LEGACY_MAP_FLOOR, 2 * len(cls._rest_until))
 
     @classmethod
     def record_headers(
@@ -233,22 +245,22 @@ class CredentialPool:
         raise_when_empty: bool,
     ) -> list[str]:
         max_seconds = scoped_max_seconds(model, quota_bucket)
-        candidates = cls.keys(provider) if keys is None else list(keys)
+        candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
         with cls._lock:
             rests = cls._legacy_rests(provider, candidates, current_time)
-            if max_seconds is None:
-                return [key for key in candidates if key not in rests]
-            filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
-            return filter_keys(
-                provider,
-                candidates,
-                model=model,
-                quota_bucket=quota_bucket,
-                max_seconds=max_seconds,
-                now=current_time,
-                legacy_rest_until=rests,
-            )
+        if max_seconds is None:
+            return [key for key in candidates if key not in rests]
+        filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
+        return filter_keys(
+            provider,
+            candidates,
+            model=model,
+            quota_bucket=quota_bucket,
+            max_seconds=max_seconds,
+            now=current_time,
+            legacy_rest_until=rests,
+        )
 
     @classmethod
     def select(
@@ -269,21 +281,25 @@ class CredentialPool:
         current_time = resolve_now(now)
         with cls._lock:
             rests = cls._legacy_rests(provider, candidates, current_time)
-            if max_seconds is None:
-                free = [key for key in candidates if key not in rests]
-                return free[0] if free else (candidates[0] if candidates else None)
-            return model_cooldown.select(
-                provider,
-                candidates,
-                model=model,
-                quota_bucket=quota_bucket,
-                max_seconds=max_seconds,
-                now=current_time,
-                legacy_rest_until=rests,
-            )
+        if max_seconds is None:
+            free = [key for key in candidates if key not in rests]
+            return free[0] if free else (candidates[0] if candidates else None)
+        return model_cooldown.select(
+            provider,
+            candidates,
+            model=model,
+            quota_bucket=quota_bucket,
+            max_seconds=max_seconds,
+            now=current_time,
+            legacy_rest_until=rests,
+        )
 
     @classmethod
     def reset(cls) -> None:
         """Forget every legacy rest (tests); registered providers stay."""
         with cls._lock:
             cls._rest_until.clear()
+            cls._rest_limit = LEGACY_MAP_FLOOR
+
+
+CredentialPool._lock = new_lock(CredentialPool)

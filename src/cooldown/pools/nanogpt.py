@@ -6,19 +6,24 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
+from ..config import bounded_int, environment_value
+from ..forksafe import new_lock, new_rlock
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 from ..store import finite_number, model_cooldown, resolve_now
 from ._common import (
     ScopedRecording,
     check_evidence,
+    key_value,
     numbered_suffix,
     scoped_max_seconds,
     status_code,
     unique_stripped,
+    without_placeholders,
 )
 
 __all__ = [
@@ -65,25 +70,47 @@ def _list_values(raw: str) -> list[str]:
 def configured_nanogpt_keys(environ: Mapping[str, str] | None = None) -> list[str]:
     """Discover NanoGPT keys: direct, then lists, then numbered; preferred index first."""
     env = os.environ if environ is None else environ
-    indexed: list[tuple[int | None, str]] = [(0, env.get(name, "")) for name in _DIRECT_ENV]
+
+    indexed: list[tuple[int | None, str]] = [(0, key_value(env, name)) for name in _DIRECT_ENV]
     for name in _LIST_ENV:
-        indexed.extend((None, value) for value in _list_values(env.get(name, "")))
+        listed = _list_values(environment_value(env, name) or "")
+        indexed.extend((None, value) for value in without_placeholders(listed, name))
     numbered = sorted(  # by number, the first prefix first on ties
         (number, rank, name)
         for rank, prefix in enumerate(_NUMBERED_PREFIXES)
         for name in env
         if name.startswith(prefix) and (number := numbered_suffix(name, prefix)) is not None
     )
-    indexed.extend((number, env[name]) for number, _, name in numbered)
-    preferred = env.get(_PREFERRED_INDEX_ENV, "").strip()
-    if preferred.isascii() and preferred.isdigit():
-        indexed.sort(key=lambda item: item[0] != int(preferred))  # stable: order kept otherwise
+    indexed.extend((number, key_value(env, name)) for number, _, name in numbered)
+    preferred = bounded_int(environment_value(env, _PREFERRED_INDEX_ENV) or "", 0, sys.maxsize)
+    if preferred is not None:
+        indexed.sort(key=lambda item: item[0] != preferred)  # stable: order kept otherwise
     return unique_stripped([value for _, value in indexed])
 
 
 def _seconds(value: float, name: str) -> float:
     """A finite duration, at least one second."""
     return max(1.0, finite_number(value, name))
+
+
+class _Revalidation(NamedTuple):
+    """How long a validated key stays trusted, and how long a probe's rejection lasts."""
+
+    ttl: float
+    request_budget: int
+    throttle_seconds: float
+
+    @classmethod
+    def from_arguments(
+        cls, check_ttl_seconds: float, check_every_requests: int, rejected_cooldown_seconds: float
+    ) -> _Revalidation:
+        if isinstance(check_every_requests, bool) or not isinstance(check_every_requests, int):
+            raise TypeError("check_every_requests must be an int")
+        return cls(
+            _seconds(check_ttl_seconds, "check_ttl_seconds"),
+            max(1, check_every_requests),
+            _seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds"),
+        )
 
 
 def _probe_status(probe: Callable[[str], int], key: str) -> int | None:
@@ -107,12 +134,14 @@ class _ValidatedKeyPool:
     active_until: ClassVar[float]
     active_requests: ClassVar[int]
     rejected_until: ClassVar[dict[str, float]]
-    _lock: ClassVar[threading.RLock]
+    _lock: ClassVar[threading.Lock]  # the state above; never held across a probe or Redis
+    _validation: ClassVar[threading.RLock]  # one validation at a time (a probe may nest one)
 
     def __init_subclass__(cls, *, namespace: str, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls.namespace = namespace
-        cls._lock = threading.RLock()  # re-entrant: a probe may record into its own pool
+        cls._lock = new_lock(cls)
+        cls._validation = new_rlock(cls, "_validation")
         cls.rejected_until = {}
         cls._clear_active()
 
@@ -170,6 +199,7 @@ class _ValidatedKeyPool:
         max_seconds: int,
         now: float,
     ) -> None:
+        """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth."""
         deadline = model_cooldown.record(
             cls.namespace,
             key,
@@ -183,11 +213,52 @@ class _ValidatedKeyPool:
             now=now,
         )
         if evidence.rejected_wide and deadline is not None:
-            cls.rejected_until[key] = max(cls.rejected_until.get(key, 0.0), deadline)
-            if cls.active_key == key:
-                cls._clear_active()
+            with cls._lock:
+                cls.rejected_until[key] = max(cls.rejected_until.get(key, 0.0), deadline)
+                if cls.active_key == key:
+                    cls._clear_active()
 
     # -- selection ----------------------------------------------------------------------------
+
+    @classmethod
+    def _reusable(
+        cls, configured: Sequence[str], candidates: Sequence[str], policy: _Revalidation, now: float
+    ) -> str | None:
+        """The key usable without a probe: a lone key, or the active one while still valid."""
+        only_key = configured[0]
+        if len(configured) == 1 and cls.active_key is None and only_key not in cls.rejected_until:
+            return cls._activate(only_key, policy.ttl, now)
+        active = cls.active_key
+        if (
+            active in candidates
+            and cls.active_until > now
+            and cls.active_requests < policy.request_budget
+            and active not in cls.rejected_until
+        ):
+            return active
+        return None
+
+    @classmethod
+    def _eligible(
+        cls,
+        keys: Sequence[str],
+        model: str | None,
+        quota_bucket: str | None,
+        max_seconds: int,
+        now: float,
+    ) -> list[str]:
+        """The store's filter with this pool's rejections as legacy rests; no pool lock held."""
+        with cls._lock:
+            rests = dict(cls.rejected_until)
+        return model_cooldown.eligible(
+            cls.namespace,
+            keys,
+            model=model,
+            quota_bucket=quota_bucket,
+            max_seconds=max_seconds,
+            now=now,
+            legacy_rest_until=rests,
+        )
 
     @classmethod
     def select_key(
@@ -204,91 +275,101 @@ class _ValidatedKeyPool:
     ) -> str | None:
         """The validated key to use; probes (catalog requests) only when revalidation is due.
 
-        The lock is held while probing, so concurrent requests wait for one validation
-        instead of each probing the upstream.
+        One validation runs at a time and concurrent callers wait for its result instead of
+        each probing the upstream; callers that never probe (`record_result`, `invalidate`,
+        `select_available_key`) are never blocked by a probe.
         """
         max_seconds = scoped_max_seconds(model, quota_bucket)
         configured = unique_stripped(keys)
         if not configured:
             return None
-        ttl = _seconds(check_ttl_seconds, "check_ttl_seconds")
-        throttle_seconds = _seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds")
-        if isinstance(check_every_requests, bool) or not isinstance(check_every_requests, int):
-            raise TypeError("check_every_requests must be an int")
-        request_budget = max(1, check_every_requests)
+        policy = _Revalidation.from_arguments(
+            check_ttl_seconds, check_every_requests, rejected_cooldown_seconds
+        )
         current_time = resolve_now(now)
         with cls._lock:
             cls._forget_stale(configured, current_time)
-            candidates = configured
-            if max_seconds is not None:  # cooling keys are never probed
-                candidates = model_cooldown.eligible(
-                    cls.namespace,
-                    configured,
-                    model=model,
-                    quota_bucket=quota_bucket,
-                    max_seconds=max_seconds,
-                    now=current_time,
-                    legacy_rest_until=cls.rejected_until,
-                )
-            only_key = configured[0]
-            if (
-                len(configured) == 1
-                and cls.active_key is None
-                and (only_key not in cls.rejected_until)
-            ):
-                return cls._activate(only_key, ttl, current_time)
-            previous = cls.active_key
-            if (
-                previous in candidates
-                and cls.active_until > current_time
-                and cls.active_requests < request_budget
-                and previous not in cls.rejected_until
-            ):
-                return previous
-            probed = False
-            previous_ambiguous = False
-            for key in cls._active_first(candidates):
+        candidates = configured
+        if max_seconds is not None:  # cooling keys are never probed
+            candidates = cls._eligible(configured, model, quota_bucket, max_seconds, current_time)
+        with cls._lock:
+            reusable = cls._reusable(configured, candidates, policy, current_time)
+        if reusable is not None:
+            return reusable
+        with cls._validation:
+            with cls._lock:  # another caller may have validated a key while we waited
+                reusable = cls._reusable(configured, candidates, policy, current_time)
+                previous = cls.active_key
+            if reusable is not None:
+                return reusable
+            return cls._validate(
+                configured,
+                candidates,
+                probe,
+                policy,
+                previous,
+                model,
+                quota_bucket,
+                max_seconds,
+                current_time,
+            )
+
+    @classmethod
+    def _validate(
+        cls,
+        configured: Sequence[str],
+        candidates: Sequence[str],
+        probe: Callable[[str], int],
+        policy: _Revalidation,
+        previous: str | None,
+        model: str | None,
+        quota_bucket: str | None,
+        max_seconds: int | None,
+        now: float,
+    ) -> str:
+        """Probe candidates in order, active key first; no state lock is held while probing."""
+        probed = False
+        previous_ambiguous = False
+        with cls._lock:
+            order = cls._active_first(candidates)
+        for key in order:
+            with cls._lock:
                 if key in cls.rejected_until:
                     continue
-                probed = True
-                status = _probe_status(probe, key)
-                if status is not None and 200 <= status < 300:
+            probed = True
+            status = _probe_status(probe, key)
+            if status is not None and 200 <= status < 300:
+                with cls._lock:
                     if max_seconds is None:
                         cls.rejected_until.pop(key, None)
-                    return cls._activate(key, ttl, current_time)
-                if max_seconds is None and status in REJECTION_STATUSES:
-                    cls._reject(key, status, ttl, throttle_seconds, current_time)
-                elif max_seconds is not None and status == 401:
-                    # A probe carries no model evidence: only genuine auth cools the key.
-                    cls._record_scoped(
-                        key,
-                        ScopedRecording(classify_upstream_outcome(401), True),
-                        model=None,
-                        quota_bucket=None,
-                        retry_after_seconds=None,
-                        auth_seconds=ttl,
-                        throttle_seconds=throttle_seconds,
-                        max_seconds=max_seconds,
-                        now=current_time,
-                    )
-                elif key == previous:
-                    previous_ambiguous = True
-            if previous is not None and previous_ambiguous and previous not in cls.rejected_until:
-                return cls._activate(previous, min(ttl, AMBIGUOUS_KEEP_SECONDS), current_time)
-            cls._clear_active()
-            if max_seconds is not None:  # every key cooling now is a 429, not a pool failure
-                model_cooldown.eligible(
-                    cls.namespace,
-                    configured,
-                    model=model,
-                    quota_bucket=quota_bucket,
+                    return cls._activate(key, policy.ttl, now)
+            if max_seconds is None and status in REJECTION_STATUSES:
+                with cls._lock:
+                    cls._reject(key, status, policy.ttl, policy.throttle_seconds, now)
+            elif max_seconds is not None and status == 401:
+                # A probe carries no model evidence: only genuine auth cools the key.
+                cls._record_scoped(
+                    key,
+                    ScopedRecording(classify_upstream_outcome(401), True),
+                    model=None,
+                    quota_bucket=None,
+                    retry_after_seconds=None,
+                    auth_seconds=policy.ttl,
+                    throttle_seconds=policy.throttle_seconds,
                     max_seconds=max_seconds,
-                    now=current_time,
-                    legacy_rest_until=cls.rejected_until,
+                    now=now,
                 )
-            if probed:
-                raise NanoGPTKeyPoolExhausted("No configured NanoGPT API key passed validation")
-            raise NanoGPTKeyPoolExhausted("All configured NanoGPT keys are cooling down")
+            elif key == previous:
+                previous_ambiguous = True
+        with cls._lock:
+            if previous is not None and previous_ambiguous and previous not in cls.rejected_until:
+                return cls._activate(previous, min(policy.ttl, AMBIGUOUS_KEEP_SECONDS), now)
+            cls._clear_active()
+        if max_seconds is not None:  # every key cooling now is a 429, not a pool failure
+            cls._eligible(configured, model, quota_bucket, max_seconds, now)
+        if probed:
+            raise NanoGPTKeyPoolExhausted("No configured NanoGPT API key passed validation")
+        raise NanoGPTKeyPoolExhausted("All configured NanoGPT keys are cooling down")
 
     @classmethod
     def select_available_key(
@@ -308,15 +389,16 @@ class _ValidatedKeyPool:
             ordered = cls._active_first(configured)
             if max_seconds is None:
                 return next((key for key in ordered if key not in cls.rejected_until), None)
-            return model_cooldown.select(
-                cls.namespace,
-                ordered,
-                model=model,
-                quota_bucket=quota_bucket,
-                max_seconds=max_seconds,
-                now=current_time,
-                legacy_rest_until=cls.rejected_until,
-            )
+            rests = dict(cls.rejected_until)
+        return model_cooldown.select(
+            cls.namespace,
+            ordered,
+            model=model,
+            quota_bucket=quota_bucket,
+            max_seconds=max_seconds,
+            now=current_time,
+            legacy_rest_until=rests,
+        )
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -407,20 +489,22 @@ class _ValidatedKeyPool:
         ttl = _seconds(check_ttl_seconds, "check_ttl_seconds")
         throttle_seconds = _seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds")
         current_time = resolve_now(now)
+        if max_seconds is not None:
+            cls._record_scoped(
+                key,
+                ScopedRecording.from_call(status, outcome, credential_wide_auth),
+                model=model,
+                quota_bucket=quota_bucket,
+                retry_after_seconds=retry_after_seconds,
+                auth_seconds=ttl,
+                throttle_seconds=throttle_seconds,
+                max_seconds=max_seconds,
+                now=current_time,
+            )
         with cls._lock:
-            if max_seconds is not None:
-                cls._record_scoped(
-                    key,
-                    ScopedRecording.from_call(status, outcome, credential_wide_auth),
-                    model=model,
-                    quota_bucket=quota_bucket,
-                    retry_after_seconds=retry_after_seconds,
-                    auth_seconds=ttl,
-                    throttle_seconds=throttle_seconds,
-                    max_seconds=max_seconds,
-                    now=current_time,
-                )
-            elif not count_request or is_nanogpt_credential_rejection(status):
+            if max_seconds is None and (
+                not count_request or is_nanogpt_credential_rejection(status)
+            ):
                 if cls.active_key == key:
                     cls._clear_active()
                 cls._reject(key, status, ttl, throttle_seconds, current_time)
