@@ -112,9 +112,11 @@ def bounded_int(text: str, low: int, high: int) -> int | None:
 
 
 def environment_value(environ: Mapping[str, object], name: str) -> str | None:
-    """`environ[name]` as a string or `None`; any other type is the caller's mistake."""
-    value = environ.get(name)
-    if value is not None and not isinstance(value, str):
+    """`environ[name]`, or `None` when unset; a value that is not a string is a `TypeError`."""
+    if environ is os.environ or name not in environ:
+        return os.environ.get(name) if environ is os.environ else None
+    value = environ[name]
+    if not isinstance(value, str):
         raise TypeError(f"environment value of {name} must be a str")
     return value
 
@@ -163,12 +165,8 @@ def _parse_redis_prefix(raw: str | None) -> str:
 
 
 @lru_cache(maxsize=64)
-def _parse(raw: tuple[object, ...]) -> CooldownSettings:
-    values: dict[str, str | None] = {}
-    for name, value in zip(_PARSED_ENV, raw, strict=True):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"environment value of {name} must be a str")
-        values[name] = value
+def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
+    values = dict(zip(_PARSED_ENV, raw, strict=True))
     malformed = []
     enabled, max_seconds = False, DEFAULT_MAX_SECONDS
     try:
@@ -203,10 +201,8 @@ def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
 
 def settings(environ: Mapping[str, str] | None = None) -> CooldownSettings:
     """Read the settings now, so a changed environment applies to the next call."""
-    env = os.environ if environ is None else environ
-    if not isinstance(env, Mapping):
+    if environ is None:  # the hot path: os.environ holds only strings
+        return _parse(tuple(map(os.environ.get, _PARSED_ENV)))
+    if not isinstance(environ, Mapping):
         raise TypeError("environ must be a mapping of str to str")
-    try:
-        return _parse(tuple(map(env.get, _PARSED_ENV)))  # types checked once per environment
-    except TypeError as error:  # an unhashable value never reaches that check
-        raise TypeError("MODEL_COOLDOWN_* environment values must be str") from error
+    return _parse(tuple(environment_value(environ, name) for name in _PARSED_ENV))

@@ -264,8 +264,7 @@ class ModelCooldown:
         fallback = finite_number(fallback_seconds, "fallback_seconds")
         ceiling = _bounded_max_seconds(max_seconds)
         scope = scope_message(model, quota_bucket)
-        if now is not None:
-            resolve_now(now)  # reject a bad clock before anything else
+        given_now = None if now is None else resolve_now(now)  # a bad clock fails first
         health = outcome.credential_health
         parts: tuple[bytes, ...] = ()
         if health == "rejected" and credential_wide_auth:
@@ -274,7 +273,7 @@ class ModelCooldown:
             parts = (credential_message(provider_frame, credential), scope)
         delay = _delay(retry_after_seconds, fallback, ceiling)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
-            current_time = resolve_now(now)
+            current_time = time.monotonic() if given_now is None else given_now
             self._advance(current_time, ceiling)
             if not parts:
                 return None
@@ -285,12 +284,10 @@ class ModelCooldown:
                     if self._deadlines.pop(entry, None) is not None:
                         self._forget(entry)
             else:
-                entry = b"".join(map(self._digest, parts))
-                if len(parts) == 2 and self._over_scope_budget(entry):
-                    parts = parts[:1]  # one scope too many: cool the credential for all of them
-                    entry = entry[:_DIGEST_SIZE]
-                    self._escalated_total += 1
-                deadline = self._store(entry, current_time + delay)
+                entry, deadline = self._store(
+                    b"".join(map(self._digest, parts)), current_time + delay
+                )
+                parts = parts[: len(entry) // _DIGEST_SIZE]  # one part less when escalated
         sharing = self._shared
         if sharing is not None:
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
@@ -300,35 +297,45 @@ class ModelCooldown:
                 sharing.backend.record(shared_entry, current_time + delay, current_time)
         return deadline
 
-    def _over_scope_budget(self, entry: bytes) -> bool:
-        """Would storing this new scope entry give its credential more than its budget?"""
-        if entry in self._deadlines or self._scopes_in_slot[_slot(entry)] < self._scope_budget:
-            return False
-        credential = entry[:_DIGEST_SIZE]  # the slot is shared: count this credential exactly
+    def _store(self, entry: bytes, deadline: float) -> tuple[bytes, float]:
+        """Keep the later deadline; at capacity keep every live entry and raise the guard.
+
+        A new scope entry beyond its credential's budget is stored as a credential-wide
+        entry instead; the entry actually written is returned with its deadline.
+        """
+        deadlines = self._deadlines
+        current = deadlines.get(entry)
+        if current is not None:
+            if current >= deadline:
+                return entry, current
+        elif len(entry) > _DIGEST_SIZE:
+            slot = _slot(entry)
+            if self._scopes_in_slot[slot] >= self._scope_budget and self._over_budget(entry):
+                self._escalated_total += 1
+                return self._store(entry[:_DIGEST_SIZE], deadline)
+            if len(deadlines) < self._capacity:
+                self._scopes_in_slot[slot] += 1
+        if current is None and len(deadlines) >= self._capacity:
+            self._overflow_until = max(self._overflow_until, deadline)
+            self._latest = max(self._latest, deadline)
+            self._dropped_at_capacity_total += 1
+            return entry, deadline
+        deadlines[entry] = deadline
+        self._schedule(entry, deadline)
+        if deadline > self._latest:
+            self._latest = deadline
+        self._recorded_total += 1
+        return entry, deadline
+
+    def _over_budget(self, entry: bytes) -> bool:
+        """Does this entry's credential hold its whole scope budget? (Its slot is shared.)"""
+        credential = entry[:_DIGEST_SIZE]
         held = sum(
             1
             for other in self._deadlines
             if len(other) > _DIGEST_SIZE and other.startswith(credential)
         )
         return held >= self._scope_budget
-
-    def _store(self, entry: bytes, deadline: float) -> float:
-        """Keep the later deadline; at capacity keep every live entry and raise the guard."""
-        current = self._deadlines.get(entry)
-        if current is not None and current >= deadline:
-            return current
-        if current is None and len(self._deadlines) >= self._capacity:
-            self._overflow_until = max(self._overflow_until, deadline)
-            self._latest = max(self._latest, deadline)
-            self._dropped_at_capacity_total += 1
-            return deadline
-        if current is None and len(entry) > _DIGEST_SIZE:
-            self._scopes_in_slot[_slot(entry)] += 1
-        self._deadlines[entry] = deadline
-        self._schedule(entry, deadline)
-        self._latest = max(self._latest, deadline)
-        self._recorded_total += 1
-        return deadline
 
     # -- selection ----------------------------------------------------------------------------
 
@@ -381,15 +388,16 @@ class ModelCooldown:
         keys = require_keys(keys)
         scope = scope_message(model, quota_bucket)
         legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
+        given_now = None if now is None else resolve_now(now)
         shared_overflow = 0.0
         sharing = self._shared
         if sharing is not None and keys:
             shared, shared_overflow = self._shared_releases(
-                sharing, provider_frame, keys, scope, resolve_now(now)
+                sharing, provider_frame, keys, scope, resolve_now(given_now)
             )
             legacy = {key: max(legacy.get(key, 0.0), shared.get(key, 0.0)) for key in keys}
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
-            current_time = resolve_now(now)
+            current_time = time.monotonic() if given_now is None else given_now
             self._advance(current_time, ceiling)
             free, earliest = self._scan(
                 provider_frame,
