@@ -356,7 +356,8 @@ def test_a_slow_probe_blocks_no_caller_that_does_not_probe(enabled: None) -> Non
     NanoGPTKeyPool.invalidate("nano-b", 429)
     assert NanoGPTKeyPool.select_available_key(keys) == "nano-a"
     NanoGPTKeyPool.record_result("nano-a", 429, model="m")
-    assert not release.is_set() and validator.is_alive()
+    assert not release.is_set()
+    assert validator.is_alive()
     release.set()
     validator.join(10)
     waiter.join(10)
@@ -422,6 +423,7 @@ def test_new_paths_leak_no_names(
     dump = "\n".join(
         [caplog.text, str(raised.value), repr(vars(model_cooldown)), str(model_cooldown.stats())]
     )
-    assert "placeholder" in caplog.text and "REDIS_URL is malformed" in caplog.text
+    assert "placeholder" in caplog.text
+    assert "REDIS_URL is malformed" in caplog.text
     assert "SECRET" not in dump
     assert b"SECRET" not in b"".join(model_cooldown._deadlines)
