@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Literal, TypeAlias
 
-from flask import Flask, Response
+from flask import Flask, Response, current_app, has_app_context
 
 from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
 from .store import model_cooldown
@@ -13,6 +14,11 @@ __all__ = ["api_error_response", "cooldown_error_response", "init_app"]
 
 EXPOSE_HEADER = "Access-Control-Expose-Headers"
 GENERIC_SERVER_ERROR = "The server could not complete the request."
+ERROR_FORMAT_CONFIG = "MODEL_COOLDOWN_ERROR_FORMAT"
+_FORMAT_EXTENSION = "cooldown.error_format"
+
+ErrorFormat: TypeAlias = Literal["cooldown", "openai"]
+ERROR_FORMATS: tuple[ErrorFormat, ...] = ("cooldown", "openai")
 
 
 def _json_response(body: dict[str, object], status: int) -> Response:
@@ -44,9 +50,31 @@ def api_error_response(error: APIError) -> Response:
     return _json_response(body, error.status_code)
 
 
+def error_body(error: CooldownError, error_format: ErrorFormat) -> dict[str, object]:
+    """The seed's flat body, or the nested one OpenAI-compatible clients parse."""
+    if error_format == "cooldown":
+        return error.to_dict()
+    return {
+        "error": {
+            "message": error.message,
+            "type": error.code,
+            "code": error.code,
+            "param": None,
+            "retry_after": error.retry_after,
+        }
+    }
+
+
 def cooldown_error_response(error: CooldownError) -> Response:
-    """429 or 503 with the bounded `Retry-After` the error was raised with."""
-    response = _json_response(error.to_dict(), error.status_code)
+    """429 or 503 with the bounded `Retry-After` the error was raised with.
+
+    The body has the format `init_app` chose for the current app (`"cooldown"` outside one),
+    so registering this on a blueprint keeps the app's format.
+    """
+    error_format: ErrorFormat = "cooldown"
+    if has_app_context():
+        error_format = current_app.extensions.get(_FORMAT_EXTENSION, "cooldown")
+    response = _json_response(error_body(error, error_format), error.status_code)
     response.headers["Retry-After"] = str(max(1, error.retry_after))
     return expose_retry_after(response)
 
@@ -57,14 +85,28 @@ def _expose_when_present(response: Response) -> Response:
     return response
 
 
-def init_app(app: Flask) -> None:
+def _error_format(app: Flask, error_format: str | None) -> ErrorFormat:
+    chosen = (
+        app.config.get(ERROR_FORMAT_CONFIG, "cooldown") if error_format is None else error_format
+    )
+    for known in ERROR_FORMATS:
+        if chosen == known:
+            return known
+    raise ValueError(f"error_format must be one of {ERROR_FORMATS}")
+
+
+def init_app(app: Flask, *, error_format: str | None = None) -> None:
     """Register the handlers and the CORS exposure; calling it twice changes nothing.
 
-    An `APIError` handler the app already has is kept. `Access-Control-Allow-Origin` is
-    left to the app's CORS layer, so this composes with Flask-CORS or a hand-written one.
+    `error_format` is `"cooldown"` (the default) or `"openai"`; `None` reads
+    `app.config["MODEL_COOLDOWN_ERROR_FORMAT"]`. An `APIError` handler the app already has
+    is kept. `Access-Control-Allow-Origin` is left to the app's CORS layer, so this
+    composes with Flask-CORS or a hand-written one.
     """
+    chosen = _error_format(app, error_format)
     if "cooldown" in app.extensions:
         return
+    app.extensions[_FORMAT_EXTENSION] = chosen
     app.register_error_handler(ModelCooldownExhausted, cooldown_error_response)
     app.register_error_handler(ModelCooldownCapacity, cooldown_error_response)
     if APIError not in app.error_handler_spec.get(None, {}).get(None, {}):
