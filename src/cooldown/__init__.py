@@ -20,6 +20,7 @@ from .pools import (
     configured_nanogpt_keys,
     is_nanogpt_credential_rejection,
 )
+from .ratelimit import rate_limit_advice
 from .store import MAX_ENTRIES, ModelCooldown, model_cooldown
 from .web import api_error_response, cooldown_error_response, init_app
 
@@ -46,6 +47,7 @@ __all__ = [
     "init_app",
     "is_nanogpt_credential_rejection",
     "model_cooldown",
+    "rate_limit_advice",
     "recording_context",
     "retry_after_seconds",
     "selection_scope",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeAlias, TypedDict
+from typing import TypeAlias, TypedDict
 
 from .config import settings
+from .headers import Headers, header_value, lowered_headers
 from .outcome import UpstreamOutcome, classify_upstream_outcome
+from .ratelimit import spent_window_reset
 
 __all__ = [
     "RecordingContext",
@@ -19,7 +21,6 @@ __all__ = [
     "selection_scope",
 ]
 
-Headers: TypeAlias = Mapping[str, Any] | Iterable[tuple[str, Any]]
 QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
 
 
@@ -38,20 +39,6 @@ class RecordingContext(TypedDict, total=False):
     retry_after_seconds: float | None
 
 
-def header_value(headers: Headers, name: str) -> object:
-    """The first value of the header `name`, matched case-insensitively, or `None`."""
-    wanted = name.lower()
-    if isinstance(headers, (str, bytes)):
-        return None
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    for item in items:
-        if isinstance(item, tuple) and len(item) == 2:
-            found, value = item
-            if isinstance(found, str) and found.lower() == wanted:
-                return value
-    return None
-
-
 def retry_after_seconds(
     headers: Headers | None, *, received_at: float | None = None
 ) -> float | None:
@@ -63,7 +50,10 @@ def retry_after_seconds(
     """
     if headers is None:
         return None
-    value = header_value(headers, "Retry-After")
+    return _retry_after(header_value(headers, "Retry-After"), received_at)
+
+
+def _retry_after(value: object, received_at: float | None) -> float | None:
     if not isinstance(value, str):
         return None
     text = value.strip()
@@ -125,16 +115,31 @@ def recording_context(
 ) -> RecordingContext:
     """`outcome=`, `credential_wide_auth=` and `retry_after_seconds=` for recording.
 
-    `{}` when the feature is disabled, so the pools keep their legacy behaviour.
+    A 2xx whose rate-limit headers show a spent window is recorded as a throttle until the
+    window resets (reason `rate_limit_exhausted`); on a 429 `Retry-After` wins and the
+    rate-limit reset stands in when it is missing. `{}` when the feature is disabled, so the
+    pools keep their legacy behaviour.
     """
     if not settings(environ).enabled:
         return {}
+    lowered = lowered_headers(headers)
+    wall_clock = time.time() if received_at is None else received_at
+    advice = _retry_after(lowered.get("retry-after"), wall_clock)
     if outcome is None:
         outcome = classify_upstream_outcome(
             status, transport_failure=transport_failure, cancelled=cancelled
         )
+        if outcome.credential_health == "accepted":  # served, but maybe the window is spent
+            window = spent_window_reset(lowered, wall_clock) if lowered else None
+            if window is not None:
+                outcome = UpstreamOutcome(
+                    outcome.replay_permission, "success", "throttled", "rate_limit_exhausted"
+                )
+                advice = window
+    if advice is None and outcome.credential_health == "throttled" and lowered:
+        advice = spent_window_reset(lowered, wall_clock)  # a 429 without a usable Retry-After
     return {
         "outcome": outcome,
         "credential_wide_auth": status == 401 and not cancelled,
-        "retry_after_seconds": retry_after_seconds(headers, received_at=received_at),
+        "retry_after_seconds": advice,
     }

@@ -16,8 +16,9 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from ..advice import header_value, recording_context, selection_scope
+from ..advice import recording_context, selection_scope
 from ..errors import APIError
+from ..headers import header_value
 from ..outcome import classify_upstream_outcome
 from ..pools import CredentialPool
 from ..store import model_cooldown

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from ..advice import header_value
 from ..forksafe import new_lock
+from ..headers import header_value
 from ..outcome import UpstreamOutcome
 from ..store import model_cooldown, require_keys, resolve_now
 from ._common import (

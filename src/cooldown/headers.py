@@ -1,0 +1,42 @@
+"""Case-insensitive reads of HTTP headers, in whatever shape a client library hands them over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeAlias
+
+__all__ = ["Headers", "header_value", "lowered_headers"]
+
+Headers: TypeAlias = Mapping[str, Any] | Iterable[tuple[str, Any]]
+"""A mapping (dict, werkzeug, requests, httpx, urllib3, `http.client` message) or pairs."""
+
+
+def _items(headers: Headers) -> Iterable[object]:
+    if isinstance(headers, (str, bytes)):
+        return ()
+    if isinstance(headers, Mapping):
+        return headers.items()
+    items = getattr(headers, "items", None)  # http.client's HTTPMessage is no Mapping
+    return items() if callable(items) else headers
+
+
+def lowered_headers(headers: Headers | None) -> dict[str, object]:
+    """Every header by its lower-cased name; the first of repeated names wins."""
+    lowered: dict[str, object] = {}
+    if headers is None:
+        return lowered
+    for item in _items(headers):
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            lowered.setdefault(item[0].lower(), item[1])
+    return lowered
+
+
+def header_value(headers: Headers, name: str) -> object:
+    """The first value of the header `name`, matched case-insensitively, or `None`."""
+    wanted = name.lower()
+    for item in _items(headers):
+        if isinstance(item, tuple) and len(item) == 2:
+            found, value = item
+            if isinstance(found, str) and found.lower() == wanted:
+                return value
+    return None

@@ -1,0 +1,124 @@
+"""Providers' rate-limit headers: how long until a spent window resets, before any 429.
+
+Three families are read (names case-insensitive): OpenAI-style `x-ratelimit-*` with Go
+durations, Anthropic's `anthropic-ratelimit-*` with RFC 3339 times, and the IETF
+`RateLimit-Remaining`/`RateLimit-Reset` fields with delta seconds. Bodies are never read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from datetime import datetime, timedelta, timezone
+
+from .headers import Headers, lowered_headers
+
+__all__ = ["go_duration_seconds", "rate_limit_advice", "rfc3339_timestamp", "spent_window_reset"]
+
+_LONGEST_VALUE = 64  # longer header values are not numbers or times any provider sends
+_OPENAI_KINDS = ("requests", "tokens")
+_ANTHROPIC_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?|\.\d+")
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|us|µs|μs|ns|m|s)")
+_GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6}
+_GO_UNITS["ns"] = 1e-9
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def _text(value: object) -> str | None:
+    if not isinstance(value, str) or len(value) > _LONGEST_VALUE:
+        return None
+    return value.strip()
+
+
+def _finite(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _plain_seconds(value: object) -> float | None:
+    text = _text(value)
+    if text is None or not _NUMBER.fullmatch(text):
+        return None
+    return _finite(float(text))
+
+
+def go_duration_seconds(value: object) -> float | None:
+    """`1s`, `6m0s`, `20ms`, `1h2m3.5s`, `2m59.56s` or plain seconds, as float seconds."""
+    text = _text(value)
+    if not text:
+        return None
+    if _NUMBER.fullmatch(text):
+        return _finite(float(text))
+    total, position = 0.0, 0
+    for part in _GO_PART.finditer(text):
+        if part.start() != position:
+            return None
+        total += float(part.group(1)) * _GO_UNITS[part.group(2)]
+        position = part.end()
+    return _finite(total) if position == len(text) else None
+
+
+def rfc3339_timestamp(value: object) -> float | None:
+    """A POSIX timestamp from an RFC 3339 date-time with a zone, else `None`."""
+    text = _text(value)
+    found = _RFC3339.fullmatch(text) if text else None
+    if found is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = found.groups()
+    offset = timedelta(0)
+    if zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        offset = sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    try:
+        moment = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            min(int(second), 59),  # a leap second resets with the next one
+            tzinfo=timezone(offset),
+        )
+    except ValueError:
+        return None
+    return moment.timestamp() + (float(fraction) if fraction else 0.0)
+
+
+def _spent(value: object) -> bool:
+    remaining = _plain_seconds(value)  # a count: digits, perhaps with a fraction
+    return remaining is not None and remaining == 0
+
+
+def spent_window_reset(lowered: dict[str, object], received_at: float) -> float | None:
+    """Seconds until the latest spent window resets, from headers keyed by lower-case name."""
+    resets: list[float] = []
+    for kind in _OPENAI_KINDS:
+        if _spent(lowered.get(f"x-ratelimit-remaining-{kind}")):
+            reset = go_duration_seconds(lowered.get(f"x-ratelimit-reset-{kind}"))
+            if reset is not None:
+                resets.append(reset)
+    for kind in _ANTHROPIC_KINDS:
+        if _spent(lowered.get(f"anthropic-ratelimit-{kind}-remaining")):
+            moment = rfc3339_timestamp(lowered.get(f"anthropic-ratelimit-{kind}-reset"))
+            if moment is not None:
+                resets.append(max(0.0, moment - received_at))
+    if _spent(lowered.get("ratelimit-remaining")):
+        reset = _plain_seconds(lowered.get("ratelimit-reset"))
+        if reset is not None:
+            resets.append(reset)
+    return max(resets) if resets else None
+
+
+def rate_limit_advice(headers: Headers | None, *, received_at: float | None = None) -> float | None:
+    """Seconds until an exhausted provider window resets, or `None` while none is spent.
+
+    `received_at` is the wall-clock time (`time.time()`) the response arrived; Anthropic's
+    resets are dates. Every spent window must reset, so the latest reset wins.
+    """
+    if received_at is not None and not math.isfinite(received_at):
+        raise ValueError("received_at must be a finite wall-clock time")
+    wall_clock = time.time() if received_at is None else float(received_at)
+    return spent_window_reset(lowered_headers(headers), wall_clock)
