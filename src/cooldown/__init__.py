@@ -8,6 +8,7 @@ from .advice import (
     recording_context,
     retry_after_seconds,
     selection_scope,
+    upstream_model,
 )
 from .config import FORWARDED_ENV, CooldownSettings, settings
 from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
@@ -52,4 +53,5 @@ __all__ = [
     "retry_after_seconds",
     "selection_scope",
     "settings",
+    "upstream_model",
 ]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import TypeAlias, TypedDict
+
+from flask import current_app, has_app_context
 
 from .config import settings
 from .headers import Headers, header_value, lowered_headers
@@ -19,7 +22,10 @@ __all__ = [
     "recording_context",
     "retry_after_seconds",
     "selection_scope",
+    "upstream_model",
 ]
+
+QUOTA_BUCKETS_CONFIG = "MODEL_COOLDOWN_QUOTA_BUCKETS"
 
 QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
 
@@ -74,6 +80,26 @@ def _retry_after(value: object, received_at: float | None) -> float | None:
     return max(0.0, remaining) if math.isfinite(remaining) else None
 
 
+_GEMINI_MODEL = re.compile(r"(?:^|/)models/([^/:]+):[^/:]+/?$")
+
+
+def upstream_model(body: object = None, path: object = None) -> str | None:
+    """The model an OpenAI-style JSON body or a Gemini-style path names; never a guess.
+
+    `body["model"]` when it is a non-empty string, else `<name>` of `.../models/<name>:<verb>`
+    (e.g. `/v1beta/models/gemini-2.0-flash:generateContent`), else `None`.
+    """
+    if isinstance(body, Mapping):
+        model = body.get("model")
+        if isinstance(model, str) and model:
+            return model
+    if isinstance(path, str):
+        found = _GEMINI_MODEL.search(path)
+        if found:
+            return found.group(1)
+    return None
+
+
 def selection_scope(
     provider: str,
     model: object,
@@ -85,7 +111,10 @@ def selection_scope(
 
     The bucket comes only from explicit configuration: `quota_buckets[provider]` is one
     bucket for every model of the provider, or a mapping from member model to bucket.
+    Without `quota_buckets`, inside a Flask app, `app.config["MODEL_COOLDOWN_QUOTA_BUCKETS"]`.
     """
+    if quota_buckets is None and has_app_context():
+        quota_buckets = current_app.config.get(QUOTA_BUCKETS_CONFIG)
     if quota_buckets is not None and not isinstance(quota_buckets, Mapping):
         raise TypeError("quota_buckets must be a mapping of provider to bucket or {model: bucket}")
     if not settings(environ).enabled:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -9,13 +10,17 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from ..config import bounded_int, environment_value, settings, warn_once
+from ..digests import frame
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 from ..shared import share_when_configured
 from ..store import model_cooldown
 
 __all__ = [
     "ScopedRecording",
+    "by_affinity",
+    "check_affinity",
     "check_evidence",
+    "classify_status",
     "key_value",
     "numbered_suffix",
     "scoped_max_seconds",
@@ -96,8 +101,27 @@ def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:
     return current.max_seconds
 
 
-_classify_status = lru_cache(maxsize=256)(classify_upstream_outcome)
+classify_status = lru_cache(maxsize=256)(classify_upstream_outcome)
 """Outcomes are immutable, so one per status code is enough for the hot path."""
+
+
+def by_affinity(keys: list[str], affinity: str | None) -> list[str]:
+    """Rendezvous order: the same affinity prefers the same key in every process.
+
+    Each key's weight is the SHA-256 of the framed `(affinity, key)`, computed on the fly
+    and never stored. When a key leaves the free list, only the affinities it ranked first
+    move (to their second choice) and they return when it comes back.
+    """
+    if affinity is None or len(keys) < 2:
+        return keys
+    prefix = frame(affinity)
+    return sorted(keys, key=lambda key: hashlib.sha256(prefix + frame(key)).digest(), reverse=True)
+
+
+def check_affinity(affinity: object) -> str | None:
+    if affinity is not None and not isinstance(affinity, str):
+        raise TypeError("affinity must be a str or None")
+    return affinity or None
 
 
 class ScopedRecording(NamedTuple):
@@ -115,7 +139,7 @@ class ScopedRecording(NamedTuple):
         The pools have already passed both through `check_evidence`.
         """
         return cls(
-            _classify_status(status) if outcome is None else outcome,
+            classify_status(status) if outcome is None else outcome,
             status == 401 if credential_wide_auth is None else credential_wide_auth,
         )
 

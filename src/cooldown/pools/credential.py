@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar, TypeVar
 
+from ..advice import QuotaBuckets, selection_scope
 from ..forksafe import new_lock
 from ..headers import header_value
 from ..outcome import UpstreamOutcome
 from ..store import model_cooldown, require_keys, resolve_now
 from ._common import (
     ScopedRecording,
+    by_affinity,
+    check_affinity,
     check_evidence,
     key_value,
     numbered_suffix,
@@ -20,8 +23,11 @@ from ._common import (
     status_code,
     unique_stripped,
 )
+from .rotation import rotate
 
 __all__ = ["CredentialPool"]
+
+_Response = TypeVar("_Response")
 
 AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
@@ -216,9 +222,12 @@ class CredentialPool:
         now: float | None = None,
         model: str | None = None,
         quota_bucket: str | None = None,
+        affinity: str | None = None,
     ) -> list[str]:
-        """The keys free for this call, in configured order (may be empty)."""
-        return cls._filter(provider, keys, now, model, quota_bucket, raise_when_empty=False)
+        """The keys free for this call, in configured (or affinity) order; may be empty."""
+        return cls._filter(
+            provider, keys, now, model, quota_bucket, affinity, raise_when_empty=False
+        )
 
     @classmethod
     def eligible(
@@ -229,9 +238,12 @@ class CredentialPool:
         now: float | None = None,
         model: str | None = None,
         quota_bucket: str | None = None,
+        affinity: str | None = None,
     ) -> list[str]:
         """`available`, except that a scoped all-cooling pool raises the 429 `select` would."""
-        return cls._filter(provider, keys, now, model, quota_bucket, raise_when_empty=True)
+        return cls._filter(
+            provider, keys, now, model, quota_bucket, affinity, raise_when_empty=True
+        )
 
     @classmethod
     def _filter(
@@ -241,9 +253,11 @@ class CredentialPool:
         now: float | None,
         model: str | None,
         quota_bucket: str | None,
+        affinity: str | None,
         *,
         raise_when_empty: bool,
     ) -> list[str]:
+        affinity = check_affinity(affinity)
         max_seconds = scoped_max_seconds(model, quota_bucket)
         candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
@@ -252,7 +266,7 @@ class CredentialPool:
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
         filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
-        return filter_keys(
+        free = filter_keys(
             provider,
             candidates,
             model=model,
@@ -261,6 +275,7 @@ class CredentialPool:
             now=current_time,
             legacy_rest_until=rests,
         )
+        return by_affinity(free, affinity)
 
     @classmethod
     def select(
@@ -270,12 +285,19 @@ class CredentialPool:
         now: float | None = None,
         model: str | None = None,
         quota_bucket: str | None = None,
+        affinity: str | None = None,
     ) -> str | None:
         """The key to dispatch with, or `None` when none is configured.
 
         Legacy: when every key rests, the first configured key (the old fallback).
-        Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched.
+        Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched. With
+        an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
         """
+        if check_affinity(affinity) is not None and scoped_max_seconds(model, quota_bucket):
+            free = cls.eligible(
+                provider, now=now, model=model, quota_bucket=quota_bucket, affinity=affinity
+            )
+            return free[0] if free else None
         max_seconds = scoped_max_seconds(model, quota_bucket)
         candidates = cls.keys(provider)
         current_time = resolve_now(now)
@@ -292,6 +314,36 @@ class CredentialPool:
             max_seconds=max_seconds,
             now=current_time,
             legacy_rest_until=rests,
+        )
+
+    @classmethod
+    def dispatch(
+        cls,
+        provider: str,
+        send: Callable[[str], _Response],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        affinity: str | None = None,
+        quota_buckets: QuotaBuckets | None = None,
+    ) -> _Response | None:
+        """Select, `send(key)`, record, and rotate to an untried key after a key problem.
+
+        Only the response's status and headers are read, so a streaming body is untouched.
+        A `CooldownError` before the first attempt propagates (nothing was sent); after one,
+        the last response is returned. An exception from `send` cools nothing and is
+        re-raised. `None` without calling `send` when no key is configured.
+        """
+        scope = selection_scope(provider, model, quota_buckets=quota_buckets)
+        if quota_bucket is not None and scope:
+            scope["quota_bucket"] = quota_bucket
+        return rotate(
+            first=lambda: cls.select(provider, affinity=affinity, **scope),
+            rest=lambda: cls.available(provider, affinity=affinity, **scope),
+            send=send,
+            record=lambda key, status, evidence: cls.record(
+                provider, key, status, **scope, **evidence
+            ),
         )
 
     @classmethod
