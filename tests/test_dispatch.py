@@ -1,4 +1,4 @@
-"""`CredentialPool.dispatch` with the real response types of requests, httpx, urllib3, http.client."""
+"""`CredentialPool.dispatch` over the real responses of requests, httpx, urllib3, http.client."""
 
 from __future__ import annotations
 
