@@ -21,6 +21,7 @@ from cooldown import (
     config,
     model_cooldown,
 )
+from cooldown.learn import window_learner
 
 
 @pytest.fixture(autouse=True)
@@ -28,12 +29,14 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No MODEL_COOLDOWN_* from the caller's shell, and no state left by another test."""
     for name in FORWARDED_ENV:
         monkeypatch.delenv(name, raising=False)
-    model_cooldown.reset()
-    CredentialPool.reset()
-    NanoGPTKeyPool.reset()
-    NanoGPTUnifiedKeyPool.reset()
+    forget_everything()
     yield
+    forget_everything()
+
+
+def forget_everything() -> None:
     model_cooldown.reset()
+    window_learner.reset()
     CredentialPool.reset()
     NanoGPTKeyPool.reset()
     NanoGPTUnifiedKeyPool.reset()

@@ -89,6 +89,9 @@ def test_forwarded_env_lists_every_setting() -> None:
         "MODEL_COOLDOWN_REDIS_URL",
         "MODEL_COOLDOWN_REDIS_SECRET",
         "MODEL_COOLDOWN_REDIS_PREFIX",
+        "MODEL_COOLDOWN_REDIS_TIMEOUT_MS",
+        "MODEL_COOLDOWN_LEARN",
+        "MODEL_COOLDOWN_STATUS_TOKEN",
     )
 
 

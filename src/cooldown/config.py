@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 from .forksafe import new_lock
@@ -30,6 +30,9 @@ MAX_SECONDS_ENV = "MODEL_COOLDOWN_MAX_SECONDS"
 REDIS_URL_ENV = "MODEL_COOLDOWN_REDIS_URL"
 REDIS_SECRET_ENV = "MODEL_COOLDOWN_REDIS_SECRET"
 REDIS_PREFIX_ENV = "MODEL_COOLDOWN_REDIS_PREFIX"
+REDIS_TIMEOUT_ENV = "MODEL_COOLDOWN_REDIS_TIMEOUT_MS"
+LEARN_ENV = "MODEL_COOLDOWN_LEARN"
+STATUS_TOKEN_ENV = "MODEL_COOLDOWN_STATUS_TOKEN"
 
 FORWARDED_ENV: tuple[str, ...] = (
     ENABLED_ENV,
@@ -37,14 +40,30 @@ FORWARDED_ENV: tuple[str, ...] = (
     REDIS_URL_ENV,
     REDIS_SECRET_ENV,
     REDIS_PREFIX_ENV,
+    REDIS_TIMEOUT_ENV,
+    LEARN_ENV,
+    STATUS_TOKEN_ENV,
 )
 """The settings a container environment allowlist must forward for the feature to work."""
 
-_PARSED_ENV = (ENABLED_ENV, MAX_SECONDS_ENV, REDIS_URL_ENV, REDIS_SECRET_ENV, REDIS_PREFIX_ENV)
+_PARSED_ENV = (
+    ENABLED_ENV,
+    MAX_SECONDS_ENV,
+    REDIS_URL_ENV,
+    REDIS_SECRET_ENV,
+    REDIS_PREFIX_ENV,
+    REDIS_TIMEOUT_ENV,
+    LEARN_ENV,
+)
+
+LearnMode: TypeAlias = Literal["off", "shadow", "apply"]
+LEARN_MODES: tuple[LearnMode, ...] = ("off", "shadow", "apply")
 
 DEFAULT_MAX_SECONDS = 3600
 LARGEST_MAX_SECONDS = 2_147_483_647
 DEFAULT_REDIS_PREFIX = "model-cooldown"
+DEFAULT_REDIS_TIMEOUT_MS = 100
+LONGEST_REDIS_TIMEOUT_MS = 5000
 MIN_REDIS_SECRET_LENGTH = 32
 
 
@@ -62,6 +81,8 @@ class CooldownSettings:
     redis_url: str | None = field(default=None, repr=False)
     redis_secret: str | None = field(default=None, repr=False)
     redis_prefix: str = DEFAULT_REDIS_PREFIX
+    redis_timeout_ms: int = DEFAULT_REDIS_TIMEOUT_MS
+    learn: LearnMode = "off"
 
 
 class _Malformed(ValueError):
@@ -164,6 +185,16 @@ def _parse_redis_prefix(raw: str | None) -> str:
     return value
 
 
+def _parse_redis_timeout(raw: str | None) -> int:
+    value = (raw or "").strip()
+    if not value:
+        return DEFAULT_REDIS_TIMEOUT_MS
+    parsed = bounded_int(value, 1, LONGEST_REDIS_TIMEOUT_MS)
+    if parsed is None:
+        raise _Malformed(REDIS_TIMEOUT_ENV)
+    return parsed
+
+
 @lru_cache(maxsize=64)
 def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
     values = dict(zip(_PARSED_ENV, raw, strict=True))
@@ -181,7 +212,21 @@ def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
         warn_malformed(name)
     if malformed:
         return CooldownSettings()
-    return CooldownSettings(enabled=enabled, max_seconds=max_seconds, **_sharing(values))
+    return CooldownSettings(
+        enabled=enabled,
+        max_seconds=max_seconds,
+        learn=_parse_learn(values[LEARN_ENV]),
+        **_sharing(values),
+    )
+
+
+def _parse_learn(raw: str | None) -> LearnMode:
+    value = (raw or "").strip().lower() or "off"
+    for mode in LEARN_MODES:
+        if value == mode:
+            return mode
+    warn_once(LEARN_ENV, "%s is malformed; windows are not learned")
+    return "off"
 
 
 def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
@@ -193,6 +238,7 @@ def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
             "redis_url": _parse_redis_url(values[REDIS_URL_ENV]),
             "redis_secret": _parse_redis_secret(values[REDIS_SECRET_ENV], required=True),
             "redis_prefix": _parse_redis_prefix(values[REDIS_PREFIX_ENV]),
+            "redis_timeout_ms": _parse_redis_timeout(values[REDIS_TIMEOUT_ENV]),
         }
     except _Malformed as error:
         warn_once(error.name, "%s is malformed; cooldowns stay on, but are not shared")

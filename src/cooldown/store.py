@@ -23,6 +23,7 @@ __all__ = [
     "SharedObservations",
     "model_cooldown",
     "require_keys",
+    "usable_advice",
 ]
 
 MAX_ENTRIES = 10000
@@ -107,13 +108,19 @@ def _bounded_max_seconds(max_seconds: int) -> int:
     return min(LARGEST_MAX_SECONDS, max(1, max_seconds))
 
 
+def usable_advice(advice: object) -> bool:
+    """Trusted advice is a finite, non-negative int or float (not a bool)."""
+    if isinstance(advice, float):
+        return math.isfinite(advice) and advice >= 0
+    return isinstance(advice, int) and not isinstance(advice, bool) and advice >= 0
+
+
 def _delay(advice: object, fallback: float, max_seconds: int) -> float:
-    """Trusted advice when it is a finite, non-negative number; the caller's fallback otherwise."""
+    """Trusted advice when it is usable; the caller's fallback otherwise."""
     chosen = fallback
-    if isinstance(advice, float) and math.isfinite(advice) and advice >= 0:
-        chosen = advice
-    elif isinstance(advice, int) and not isinstance(advice, bool) and advice >= 0:
-        chosen = min(advice, max_seconds)  # an int may be too large for a float
+    if usable_advice(advice):
+        # An int may be too large for a float: cap it first.
+        chosen = min(advice, max_seconds) if isinstance(advice, int) else float(advice)  # type: ignore[arg-type]
     return min(float(max_seconds), max(1.0, chosen))
 
 

@@ -9,11 +9,12 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..config import bounded_int, environment_value, settings, warn_once
-from ..digests import frame
+from ..config import CooldownSettings, bounded_int, environment_value, settings, warn_once
+from ..digests import frame, scope_message
+from ..learn import window_learner
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 from ..shared import share_when_configured
-from ..store import model_cooldown
+from ..store import model_cooldown, usable_advice
 
 __all__ = [
     "ScopedRecording",
@@ -22,8 +23,10 @@ __all__ = [
     "check_evidence",
     "classify_status",
     "key_value",
+    "learned_fallback",
     "numbered_suffix",
     "scoped_max_seconds",
+    "scoped_settings",
     "status_code",
     "unique_stripped",
     "without_placeholders",
@@ -83,8 +86,8 @@ def status_code(status: object) -> int:
     return status
 
 
-def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:
-    """The configured maximum when this call takes the scoped path, else `None`.
+def scoped_settings(model: object, quota_bucket: object) -> CooldownSettings | None:
+    """The settings when this call takes the scoped path, else `None`.
 
     The scoped path needs the feature enabled and a non-empty model or bucket; anything
     else keeps the legacy provider-wide behaviour.
@@ -98,7 +101,49 @@ def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:
     if not current.enabled:
         return None
     share_when_configured(model_cooldown, current)
-    return current.max_seconds
+    return current
+
+
+def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:
+    """The configured maximum when this call takes the scoped path, else `None`."""
+    current = scoped_settings(model, quota_bucket)
+    return None if current is None else current.max_seconds
+
+
+def learned_fallback(
+    namespace: str,
+    key: str,
+    outcome: UpstreamOutcome,
+    *,
+    model: str | None,
+    quota_bucket: str | None,
+    advice: object,
+    fallback: float,
+    current: CooldownSettings,
+    now: float,
+) -> float:
+    """The delay to record when the provider gave none: learned, when learning applies."""
+    if current.learn == "off":
+        return fallback
+    scope = scope_message(model, quota_bucket)
+    if scope is None:
+        return fallback
+    health = outcome.credential_health
+    if health == "throttled" and usable_advice(advice):
+        window_learner.advised(namespace, key, scope, now=now)
+    elif health == "throttled":
+        return window_learner.throttled(
+            namespace,
+            key,
+            scope,
+            fallback=fallback,
+            max_seconds=current.max_seconds,
+            now=now,
+            mode=current.learn,
+        )
+    elif health == "accepted":
+        window_learner.succeeded(namespace, key, scope, now=now)
+    return fallback
 
 
 classify_status = lru_cache(maxsize=256)(classify_upstream_outcome)

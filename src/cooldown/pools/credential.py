@@ -18,8 +18,10 @@ from ._common import (
     check_affinity,
     check_evidence,
     key_value,
+    learned_fallback,
     numbered_suffix,
     scoped_max_seconds,
+    scoped_settings,
     status_code,
     unique_stripped,
 )
@@ -120,16 +122,27 @@ class CredentialPool:
         """Learn from one upstream answer made with `key`."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        max_seconds = scoped_max_seconds(model, quota_bucket)
+        current = scoped_settings(model, quota_bucket)
         if key is None or key == "" or provider not in cls._providers:
             return
         if not isinstance(key, str):
             raise TypeError("key must be a str")
         current_time = resolve_now(now)
-        if max_seconds is None:
+        if current is None:
             cls._record_legacy(provider, key, status, current_time)
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
+        fallback = learned_fallback(
+            provider,
+            key,
+            evidence.outcome,
+            model=model,
+            quota_bucket=quota_bucket,
+            advice=retry_after_seconds,
+            fallback=evidence.fallback(rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS),
+            current=current,
+            now=current_time,
+        )
         deadline = model_cooldown.record(  # no pool lock: the store may reach Redis
             provider,
             key,
@@ -138,10 +151,8 @@ class CredentialPool:
             quota_bucket=quota_bucket,
             credential_wide_auth=evidence.credential_wide_auth,
             retry_after_seconds=retry_after_seconds,
-            fallback_seconds=evidence.fallback(
-                rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
-            ),
-            max_seconds=max_seconds,
+            fallback_seconds=fallback,
+            max_seconds=current.max_seconds,
             now=current_time,
         )
         if evidence.rejected_wide and deadline is not None:

@@ -19,8 +19,10 @@ from ._common import (
     ScopedRecording,
     check_evidence,
     key_value,
+    learned_fallback,
     numbered_suffix,
     scoped_max_seconds,
+    scoped_settings,
     status_code,
     unique_stripped,
     without_placeholders,
@@ -194,8 +196,7 @@ class _ValidatedKeyPool:
         model: str | None,
         quota_bucket: str | None,
         retry_after_seconds: float | None,
-        auth_seconds: float,
-        throttle_seconds: float,
+        fallback_seconds: float,
         max_seconds: int,
         now: float,
     ) -> None:
@@ -208,7 +209,7 @@ class _ValidatedKeyPool:
             quota_bucket=quota_bucket,
             credential_wide_auth=evidence.credential_wide_auth,
             retry_after_seconds=retry_after_seconds,
-            fallback_seconds=evidence.fallback(rejected=auth_seconds, otherwise=throttle_seconds),
+            fallback_seconds=fallback_seconds,
             max_seconds=max_seconds,
             now=now,
         )
@@ -354,8 +355,7 @@ class _ValidatedKeyPool:
                     model=None,
                     quota_bucket=None,
                     retry_after_seconds=None,
-                    auth_seconds=policy.ttl,
-                    throttle_seconds=policy.throttle_seconds,
+                    fallback_seconds=policy.ttl,
                     max_seconds=max_seconds,
                     now=now,
                 )
@@ -480,7 +480,7 @@ class _ValidatedKeyPool:
     ) -> None:
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        max_seconds = scoped_max_seconds(model, quota_bucket)
+        current = scoped_settings(model, quota_bucket)
         if key is not None and not isinstance(key, str):
             raise TypeError("key must be a str")
         key = (key or "").strip()
@@ -489,22 +489,30 @@ class _ValidatedKeyPool:
         ttl = _seconds(check_ttl_seconds, "check_ttl_seconds")
         throttle_seconds = _seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds")
         current_time = resolve_now(now)
-        if max_seconds is not None:
+        if current is not None:
+            evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
             cls._record_scoped(
                 key,
-                ScopedRecording.from_call(status, outcome, credential_wide_auth),
+                evidence,
                 model=model,
                 quota_bucket=quota_bucket,
                 retry_after_seconds=retry_after_seconds,
-                auth_seconds=ttl,
-                throttle_seconds=throttle_seconds,
-                max_seconds=max_seconds,
+                fallback_seconds=learned_fallback(
+                    cls.namespace,
+                    key,
+                    evidence.outcome,
+                    model=model,
+                    quota_bucket=quota_bucket,
+                    advice=retry_after_seconds,
+                    fallback=evidence.fallback(rejected=ttl, otherwise=throttle_seconds),
+                    current=current,
+                    now=current_time,
+                ),
+                max_seconds=current.max_seconds,
                 now=current_time,
             )
         with cls._lock:
-            if max_seconds is None and (
-                not count_request or is_nanogpt_credential_rejection(status)
-            ):
+            if current is None and (not count_request or is_nanogpt_credential_rejection(status)):
                 if cls.active_key == key:
                     cls._clear_active()
                 cls._reject(key, status, ttl, throttle_seconds, current_time)
