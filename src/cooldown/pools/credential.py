@@ -337,6 +337,7 @@ class CredentialPool:
         quota_bucket: str | None = None,
         affinity: str | None = None,
         quota_buckets: QuotaBuckets | None = None,
+        now: float | None = None,
     ) -> _Response | None:
         """Select, `send(key)`, record, and rotate to an untried key after a key problem.
 
@@ -349,11 +350,11 @@ class CredentialPool:
         if quota_bucket is not None and scope:
             scope["quota_bucket"] = quota_bucket
         return rotate(
-            first=lambda: cls.select(provider, affinity=affinity, **scope),
-            rest=lambda: cls.available(provider, affinity=affinity, **scope),
+            first=lambda: cls.select(provider, affinity=affinity, now=now, **scope),
+            rest=lambda: cls.available(provider, affinity=affinity, now=now, **scope),
             send=send,
             record=lambda key, status, evidence: cls.record(
-                provider, key, status, **scope, **evidence
+                provider, key, status, now=now, **scope, **evidence
             ),
         )
 
