@@ -34,7 +34,7 @@ from cooldown import (
     settings,
 )
 from cooldown.store import SCOPES_PER_CREDENTIAL
-from cooldown.web import expose_retry_after
+from cooldown.web.errors import expose_retry_after
 
 THROTTLED = classify_upstream_outcome(429)
 LONG_DIGITS = "7" * 5000  # past Python's int-string conversion limit

@@ -23,7 +23,7 @@ from .pools import (
 )
 from .ratelimit import rate_limit_advice
 from .store import MAX_ENTRIES, ModelCooldown, model_cooldown
-from .web import api_error_response, cooldown_error_response, init_app
+from .web import api_error_response, cooldown_error_response, init_app, status_blueprint
 
 __all__ = [
     "FORWARDED_ENV",
@@ -53,5 +53,6 @@ __all__ = [
     "retry_after_seconds",
     "selection_scope",
     "settings",
+    "status_blueprint",
     "upstream_model",
 ]

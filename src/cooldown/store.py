@@ -353,8 +353,8 @@ class ModelCooldown:
         keys: Sequence[str],
         scope: bytes | None,
         now: float,
-    ) -> tuple[dict[str, float], float]:
-        """Per key, the later of its shared wide and scope deadlines; and the shared overflow.
+    ) -> tuple[dict[str, tuple[float, float]], float]:
+        """Per key, its shared credential-wide and scope deadlines; and the shared overflow.
 
         One round trip; when Redis does not answer, nothing (the local answer stands).
         """
@@ -371,10 +371,10 @@ class ModelCooldown:
             return {}, 0.0
         deadlines, overflow = answer
         per_key = 2 if scope_digest else 1
-        releases = {
-            key: max(d or 0.0 for d in deadlines[index * per_key : (index + 1) * per_key])
-            for index, key in enumerate(keys)
-        }
+        releases = {}
+        for index, key in enumerate(keys):
+            wide, *scoped = deadlines[index * per_key : (index + 1) * per_key]
+            releases[key] = (wide or 0.0, (scoped[0] if scoped else None) or 0.0)
         return releases, overflow
 
     def _choose(
@@ -402,7 +402,7 @@ class ModelCooldown:
             shared, shared_overflow = self._shared_releases(
                 sharing, provider_frame, keys, scope, resolve_now(given_now)
             )
-            legacy = {key: max(legacy.get(key, 0.0), shared.get(key, 0.0)) for key in keys}
+            legacy = {key: max(legacy.get(key, 0.0), *shared.get(key, (0.0,))) for key in keys}
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._advance(current_time, ceiling)
@@ -459,6 +459,66 @@ class ModelCooldown:
             elif release < earliest:
                 earliest = release
         return free, earliest
+
+    def explain(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+    ) -> list[tuple[str | None, float]]:
+        """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
+
+        The reason is the observation that holds the key longest: `"credential"`,
+        `"scope"` or `"legacy"`; a free key during an overflow is held by `"capacity"`.
+        Counts nothing and raises no cooldown error: this is for operators, not routes.
+        """
+        ceiling = _bounded_max_seconds(max_seconds)
+        provider_frame = frame(_require_str(provider, "provider"))
+        keys = require_keys(keys)
+        scope = scope_message(model, quota_bucket)
+        legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
+        given_now = None if now is None else resolve_now(now)
+        shared: dict[str, tuple[float, float]] = {}
+        shared_overflow = 0.0
+        sharing = self._shared
+        if sharing is not None and keys:
+            shared, shared_overflow = self._shared_releases(
+                sharing, provider_frame, keys, scope, resolve_now(given_now)
+            )
+        with self._lock:
+            current_time = time.monotonic() if given_now is None else given_now
+            self._advance(current_time, ceiling)
+            overflow = max(self._overflow_until, shared_overflow)
+            scope_digest = None if scope is None else self._digest(scope)
+            explained: list[tuple[str | None, float]] = []
+            for key in keys:
+                credential = self._digest(
+                    credential_message(provider_frame, _require_str(key, "each key"))
+                )
+                shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
+                held = [
+                    ("credential", max(self._deadlines.get(credential, 0.0), shared_wide)),
+                    (
+                        "scope",
+                        0.0
+                        if scope_digest is None
+                        else max(self._deadlines.get(credential + scope_digest, 0.0), shared_scope),
+                    ),
+                    ("legacy", finite_number(legacy.get(key, 0.0), "legacy_rest_until value")),
+                ]
+                reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
+                if release > current_time:
+                    explained.append((reason, min(release, current_time + ceiling)))
+                elif overflow > current_time:
+                    explained.append(("capacity", overflow))
+                else:
+                    explained.append((None, 0.0))
+            return explained
 
     def available(
         self,

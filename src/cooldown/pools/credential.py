@@ -8,9 +8,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 from ..advice import QuotaBuckets, selection_scope
+from ..config import LARGEST_MAX_SECONDS
 from ..forksafe import new_lock
 from ..headers import header_value
 from ..outcome import UpstreamOutcome
+from ..status import PoolStatus, pool_status
 from ..store import model_cooldown, require_keys, resolve_now
 from ._common import (
     ScopedRecording,
@@ -94,6 +96,11 @@ class CredentialPool:
     @classmethod
     def pooled(cls, provider: str) -> bool:
         return provider in cls._providers
+
+    @classmethod
+    def providers(cls) -> list[str]:
+        """Every registered provider, in registration order."""
+        return list(cls._providers)
 
     @classmethod
     def keys(cls, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -357,6 +364,40 @@ class CredentialPool:
                 provider, key, status, now=now, **scope, **evidence
             ),
         )
+
+    @classmethod
+    def status(
+        cls,
+        provider: str,
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        now: float | None = None,
+    ) -> PoolStatus:
+        """Which configured key cools, why and for how long; computed now, nothing stored.
+
+        Keys appear by 1-based position only: no key, digest, model or bucket name.
+        """
+        current = scoped_settings(model, quota_bucket)
+        candidates = cls.keys(provider)
+        current_time = resolve_now(now)
+        with cls._lock:
+            rests = cls._legacy_rests(provider, candidates, current_time)
+        if current is None:
+            explained: list[tuple[str | None, float]] = [
+                (("legacy", rests[key]) if key in rests else (None, 0.0)) for key in candidates
+            ]
+            return pool_status(provider, explained, current_time, LARGEST_MAX_SECONDS)
+        explained = model_cooldown.explain(
+            provider,
+            candidates,
+            model=model,
+            quota_bucket=quota_bucket,
+            max_seconds=current.max_seconds,
+            now=current_time,
+            legacy_rest_until=rests,
+        )
+        return pool_status(provider, explained, current_time, current.max_seconds)
 
     @classmethod
     def reset(cls) -> None:

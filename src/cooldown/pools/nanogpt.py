@@ -11,9 +11,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple
 
-from ..config import bounded_int, environment_value
+from ..config import LARGEST_MAX_SECONDS, bounded_int, environment_value
 from ..forksafe import new_lock, new_rlock
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
+from ..status import PoolStatus, pool_status
 from ..store import finite_number, model_cooldown, resolve_now
 from ._common import (
     ScopedRecording,
@@ -519,6 +520,38 @@ class _ValidatedKeyPool:
                 return
             if count_request and cls.active_key == key:
                 cls.active_requests += 1
+
+    @classmethod
+    def status(
+        cls,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        now: float | None = None,
+    ) -> PoolStatus:
+        """Per configured key position: ready or cooling, why and for how long."""
+        current = scoped_settings(model, quota_bucket)
+        configured = unique_stripped(keys)
+        current_time = resolve_now(now)
+        with cls._lock:
+            cls._forget_stale(configured, current_time)
+            rests = dict(cls.rejected_until)
+        if current is None:
+            explained: list[tuple[str | None, float]] = [
+                (("legacy", rests[key]) if key in rests else (None, 0.0)) for key in configured
+            ]
+            return pool_status(cls.namespace, explained, current_time, LARGEST_MAX_SECONDS)
+        explained = model_cooldown.explain(
+            cls.namespace,
+            configured,
+            model=model,
+            quota_bucket=quota_bucket,
+            max_seconds=current.max_seconds,
+            now=current_time,
+            legacy_rest_until=rests,
+        )
+        return pool_status(cls.namespace, explained, current_time, current.max_seconds)
 
     @classmethod
     def reset(cls) -> None:

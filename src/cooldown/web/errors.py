@@ -1,4 +1,4 @@
-"""Flask glue: cooldown errors become real 429/503 responses a browser can read."""
+"""Cooldown errors as real 429/503 responses that browsers and OpenAI-compatible clients read."""
 
 from __future__ import annotations
 
@@ -7,15 +7,22 @@ from typing import Literal, TypeAlias
 
 from flask import Flask, Response, current_app, has_app_context
 
-from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
-from .store import model_cooldown
+from ..errors import APIError, CooldownError
 
-__all__ = ["api_error_response", "cooldown_error_response", "init_app"]
+__all__ = [
+    "ERROR_FORMATS",
+    "ErrorFormat",
+    "api_error_response",
+    "cooldown_error_response",
+    "error_format",
+    "expose_retry_after",
+    "expose_when_present",
+]
 
 EXPOSE_HEADER = "Access-Control-Expose-Headers"
 GENERIC_SERVER_ERROR = "The server could not complete the request."
 ERROR_FORMAT_CONFIG = "MODEL_COOLDOWN_ERROR_FORMAT"
-_FORMAT_EXTENSION = "cooldown.error_format"
+FORMAT_EXTENSION = "cooldown.error_format"
 
 ErrorFormat: TypeAlias = Literal["cooldown", "openai"]
 ERROR_FORMATS: tuple[ErrorFormat, ...] = ("cooldown", "openai")
@@ -73,45 +80,23 @@ def cooldown_error_response(error: CooldownError) -> Response:
     """
     error_format: ErrorFormat = "cooldown"
     if has_app_context():
-        error_format = current_app.extensions.get(_FORMAT_EXTENSION, "cooldown")
+        error_format = current_app.extensions.get(FORMAT_EXTENSION, "cooldown")
     response = _json_response(error_body(error, error_format), error.status_code)
     response.headers["Retry-After"] = str(max(1, error.retry_after))
     return expose_retry_after(response)
 
 
-def _expose_when_present(response: Response) -> Response:
+def expose_when_present(response: Response) -> Response:
     if "Retry-After" in response.headers:
         expose_retry_after(response)
     return response
 
 
-def _error_format(app: Flask, error_format: str | None) -> ErrorFormat:
-    chosen = (
-        app.config.get(ERROR_FORMAT_CONFIG, "cooldown") if error_format is None else error_format
-    )
+def error_format(app: Flask, chosen: str | None) -> ErrorFormat:
+    """The format asked for, else the app's `MODEL_COOLDOWN_ERROR_FORMAT`, else `"cooldown"`."""
+    if chosen is None:
+        chosen = app.config.get(ERROR_FORMAT_CONFIG, "cooldown")
     for known in ERROR_FORMATS:
         if chosen == known:
             return known
     raise ValueError(f"error_format must be one of {ERROR_FORMATS}")
-
-
-def init_app(app: Flask, *, error_format: str | None = None) -> None:
-    """Register the handlers and the CORS exposure; calling it twice changes nothing.
-
-    `error_format` is `"cooldown"` (the default) or `"openai"`; `None` reads
-    `app.config["MODEL_COOLDOWN_ERROR_FORMAT"]`. An `APIError` handler the app already has
-    is kept. `Access-Control-Allow-Origin` is left to the app's CORS layer, so this
-    composes with Flask-CORS or a hand-written one.
-    """
-    chosen = _error_format(app, error_format)
-    if "cooldown" in app.extensions:
-        return
-    app.extensions[_FORMAT_EXTENSION] = chosen
-    app.register_error_handler(ModelCooldownExhausted, cooldown_error_response)
-    app.register_error_handler(ModelCooldownCapacity, cooldown_error_response)
-    if APIError not in app.error_handler_spec.get(None, {}).get(None, {}):
-        app.register_error_handler(APIError, api_error_response)
-    # Flask runs after-request hooks last-registered first; going first in the list makes
-    # this one run last, so it merges with whatever a CORS layer set before it.
-    app.after_request_funcs.setdefault(None, []).insert(0, _expose_when_present)
-    app.extensions["cooldown"] = model_cooldown
