@@ -1,0 +1,236 @@
+"""A real headless Chromium opens the status page, types the token, looks up a model.
+
+Chromium is driven over its DevTools protocol with a few lines of standard-library
+WebSocket code: the test types into the inputs, clicks the button, reads the rendered
+per-key table from the DOM and keeps a screenshot under the pytest temp dir.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from werkzeug.serving import make_server
+
+from cooldown import CredentialPool, init_app, status_blueprint
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+P = "ce-gpt-pro"
+BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL"
+KEYS = ["sk-page-key-one-000000", "sk-page-key-two-000000", "sk-page-key-three-0000"]
+TOKEN = "page-token-" + "0123456789" * 3
+
+
+class DevTools:
+    """One WebSocket to a page target: send a command, wait for its answer."""
+
+    def __init__(self, url: str) -> None:
+        host, port, path = _split_ws(url)
+        self.sock = socket.create_connection((host, port), timeout=30)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        handshake = b""
+        while b"\r\n\r\n" not in handshake:
+            handshake += self.sock.recv(1)
+        assert b" 101 " in handshake.split(b"\r\n")[0], handshake
+        self.next_id = 0
+
+    def _send(self, text: str) -> None:
+        payload = text.encode()
+        mask = os.urandom(4)
+        header = bytes([0x81])
+        if len(payload) < 126:
+            header += bytes([0x80 | len(payload)])
+        elif len(payload) < 65536:
+            header += bytes([0x80 | 126]) + struct.pack(">H", len(payload))
+        else:
+            header += bytes([0x80 | 127]) + struct.pack(">Q", len(payload))
+        masked = bytes(byte ^ mask[index % 4] for index, byte in enumerate(payload))
+        self.sock.sendall(header + mask + masked)
+
+    def _exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            assert chunk, "DevTools closed the connection"
+            data += chunk
+        return data
+
+    def _receive(self) -> str:
+        message = b""
+        while True:
+            first, second = self._exactly(2)
+            length = second & 0x7F
+            if length == 126:
+                length = struct.unpack(">H", self._exactly(2))[0]
+            elif length == 127:
+                length = struct.unpack(">Q", self._exactly(8))[0]
+            message += self._exactly(length)
+            if first & 0x80:  # FIN
+                return message.decode()
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        self._send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            answer = json.loads(self._receive())
+            if answer.get("id") == self.next_id:
+                assert "error" not in answer, answer
+                return answer["result"]  # type: ignore[no-any-return]
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return result["result"].get("value")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _split_ws(url: str) -> tuple[str, int, str]:
+    rest = url.removeprefix("ws://")
+    address, _, path = rest.partition("/")
+    host, _, port = address.rpartition(":")
+    return host, int(port), "/" + path
+
+
+@pytest.fixture
+def gateway(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+    monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", TOKEN)
+    monkeypatch.setenv(BASE, KEYS[0])
+    monkeypatch.setenv(f"{BASE}_1", KEYS[1])
+    monkeypatch.setenv(f"{BASE}_2", KEYS[2])
+    CredentialPool.record(P, KEYS[1], 429, model="gpt-4o", retry_after_seconds=90)
+    CredentialPool.record(P, KEYS[2], 401, model="gpt-4o")
+    app = Flask("page")
+    init_app(app)
+    app.register_blueprint(status_blueprint())
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/cooldown/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[DevTools]:
+    assert CHROMIUM is not None
+    profile = tmp_path / "profile"
+    process = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--remote-debugging-port=0",
+            "--window-size=1100,900",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert time.monotonic() < deadline, "Chromium did not open DevTools"
+            time.sleep(0.05)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
+            targets = json.load(answer)
+        page = next(target for target in targets if target["type"] == "page")
+        devtools = DevTools(page["webSocketDebuggerUrl"])
+        yield devtools
+        devtools.close()
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def wait_for(devtools: DevTools, expression: str, seconds: float = 20) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = devtools.evaluate(expression)
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {expression}")
+
+
+TYPE_INTO = """
+(() => {
+  const input = document.getElementById(%(id)s);
+  input.focus();
+  input.value = %(text)s;
+  input.dispatchEvent(new Event("input", {bubbles: true}));
+  return true;
+})()
+"""
+
+TABLE = """
+[...document.querySelectorAll("#keys tbody tr")].map(
+  (row) => [...row.children].map((cell) => cell.textContent))
+"""
+
+
+def test_the_page_shows_each_key_and_why(gateway: str, browser: DevTools, tmp_path: Path) -> None:
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=gateway)
+    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
+    for field, text in (("token", TOKEN), ("provider", P), ("model", "gpt-4o")):
+        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    rows = wait_for(
+        browser, f"(() => {{ const r = {TABLE}; return r.length === 3 ? r : null; }})()"
+    )
+    assert rows[0] == ["Key 1", "ready", "\u2014", "\u2014"]
+    assert rows[1][:3] == ["Key 2", "cooling", "scope"]
+    assert 85 <= int(rows[1][3].removesuffix(" s")) <= 90
+    assert rows[2][:3] == ["Key 3", "cooling", "credential"]
+    title = browser.evaluate("document.getElementById('keys-title').textContent")
+    assert title == f"Keys of {P}: 1 ready, 2 cooling"
+    counters = browser.evaluate("document.getElementById('counters').textContent")
+    assert "live_observations" in counters
+    screenshot = browser.call("Page.captureScreenshot", format="png")["data"]
+    (tmp_path / "status-page.png").write_bytes(base64.b64decode(screenshot))
+    page_text = browser.evaluate("document.body.innerText")
+    assert not any(key in page_text for key in KEYS)
+
+
+def test_a_wrong_token_shows_a_refusal(gateway: str, browser: DevTools) -> None:
+    browser.call("Page.navigate", url=gateway)
+    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
+    browser.evaluate(TYPE_INTO % {"id": json.dumps("token"), "text": json.dumps("x" * 40)})
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    message = wait_for(
+        browser,
+        "(() => { const m = document.getElementById('message');"
+        " return m.className === 'error' ? m.textContent : null; })()",
+    )
+    assert message == "The status token was refused."
