@@ -11,10 +11,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
+from cooldown import model_cooldown
 from cooldown.demo import DemoConfig, SimulatedUpstream, create_app
 from cooldown.demo.__main__ import main
 from cooldown.demo.gateway import simulated_dispatch
-from cooldown.demo.upstream import UpstreamReply
+from cooldown.demo.upstream import UpstreamReply, UpstreamUnreachable
 
 KEYS = ("sk-demo-1", "sk-demo-2", "sk-demo-3")
 ENV = "TEST_DEMO_KEY"
@@ -66,21 +67,23 @@ def chat_over_http(url: str) -> int:
 
 @pytest.mark.usefixtures("enabled")
 def test_revoked_key_rotates_and_is_cooled_for_every_model(client: FlaskClient) -> None:
-    assert chat(client).status_code == 200  # key 1 answers 401, key 2 serves
-    assert chat(client, "gpt-other").status_code == 200  # key 1 is skipped for every model
-    status = client.get("/cooldown/status").json
-    assert status is not None
-    assert status["live_observations"] == 1
+    served = chat(client)  # key 1 answers 401, key 2 serves
+    assert (served.status_code, served.headers["X-Upstream-Key-Index"]) == (200, "2")
+    other = chat(client, "gpt-other")  # key 1 is skipped for every model
+    assert (other.status_code, other.headers["X-Upstream-Key-Index"]) == (200, "2")
+    assert model_cooldown.stats()["live_observations"] == 1
 
 
 @pytest.mark.usefixtures("enabled")
 def test_all_keys_cooling_gives_429_with_retry_after(client: FlaskClient) -> None:
     assert chat(client).status_code == 200  # key 2
     assert chat(client).status_code == 200  # key 2 throttled -> key 3
-    response = chat(client)  # key 3 throttled -> every key cools
+    passed_on = chat(client)  # key 3 throttled: no key left, the upstream's 429 is the answer
+    assert (passed_on.status_code, passed_on.headers["Retry-After"]) == (429, "30")
+    response = chat(client)  # every key cools: refused without a dispatch
     assert response.status_code == 429
     assert response.json is not None
-    assert response.json["error"] == "model_cooldown"
+    assert response.json["error"]["code"] == "model_cooldown"  # the OpenAI-style body
     assert response.headers["Retry-After"] == "30"
     assert chat(client, "gpt-other").status_code == 200
 
@@ -116,11 +119,11 @@ def test_no_configured_key_is_a_503(upstream: SimulatedUpstream) -> None:
 
 def test_unreachable_upstream_is_a_502(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, KEYS[1])
-    app = create_app(
-        DemoConfig(
-            dispatch=lambda *_: UpstreamReply(None, transport_failure="connect"), keys_env=ENV
-        )
-    )
+
+    def unreachable(*_: object) -> UpstreamReply:
+        raise UpstreamUnreachable("ConnectionRefusedError")
+
+    app = create_app(DemoConfig(dispatch=unreachable, keys_env=ENV))
     response = chat(app.test_client())
     assert response.status_code == 502
     assert response.json is not None
@@ -154,6 +157,9 @@ def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         "--revoked-key",
         "--cors-origin",
         "--bucket",
+        "--error-format",
+        "--rate-limit-headers",
+        "--status-token",
     ):
         assert flag in text
 
@@ -162,3 +168,50 @@ def test_demo_starts_on_loopback(spawn: Callable[..., str]) -> None:
     url = spawn("cooldown.demo")
     assert url.startswith("http://127.0.0.1:")
     assert chat_over_http(url) == 200
+
+
+@pytest.mark.usefixtures("enabled")
+def test_a_stream_is_relayed_as_server_sent_events(client: FlaskClient) -> None:
+    response = client.post("/v1/chat/completions", json={"model": "gpt-demo", "stream": True})
+    assert response.status_code == 200
+    assert response.mimetype == "text/event-stream"
+    events = response.get_data(as_text=True).split("\n\n")
+    assert events[0].startswith("data: {")
+    assert "data: [DONE]" in events
+    assert response.headers["X-Upstream-Key-Index"] == "2"  # key 1 is revoked
+
+
+@pytest.mark.usefixtures("enabled")
+def test_prompt_cache_key_keeps_a_conversation_on_one_key(
+    upstream: SimulatedUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.quota = 100
+    upstream.revoked = frozenset()
+    monkeypatch.setenv(ENV, KEYS[0])
+    monkeypatch.setenv(f"{ENV}_1", KEYS[1])
+    monkeypatch.setenv(f"{ENV}_2", KEYS[2])
+    client = create_app(DemoConfig(simulated_dispatch(upstream), keys_env=ENV)).test_client()
+    positions = {
+        conversation: {
+            client.post(
+                "/v1/chat/completions",
+                json={"model": "gpt-demo", "prompt_cache_key": conversation},
+            ).headers["X-Upstream-Key-Index"]
+            for _ in range(3)
+        }
+        for conversation in ("alpha", "beta", "gamma", "delta", "epsilon")
+    }
+    assert all(len(used) == 1 for used in positions.values())  # each sticks to one key
+    assert len(set().union(*positions.values())) > 1  # and they are spread
+
+
+def test_the_status_page_is_mounted_with_a_token(upstream: SimulatedUpstream) -> None:
+    token = "demo-status-token-" + "x" * 20
+    app = create_app(DemoConfig(simulated_dispatch(upstream), keys_env=ENV, status_token=token))
+    client = app.test_client()
+    assert client.get("/cooldown/").status_code == 200
+    summary = client.get("/cooldown/status", headers={"Authorization": f"Bearer {token}"})
+    assert summary.status_code == 200
+    assert "demo" in summary.json["providers"]  # type: ignore[index]
+    closed = create_app(DemoConfig(simulated_dispatch(upstream), keys_env=ENV)).test_client()
+    assert closed.get("/cooldown/status").status_code == 404

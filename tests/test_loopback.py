@@ -58,17 +58,40 @@ def test_throttled_key_is_skipped_and_all_cooling_answers_429(gateway: tuple[str
 
     status, headers, body = post(url, "gpt-a")  # key one is skipped without a dispatch
     assert dispatches(log)[3:] == [("sk-loop-two", "gpt-a", 429)]
-    assert status == 429
-    assert body["error"] == "model_cooldown"
+    assert status == 429  # no untried key left: the upstream's own 429 is passed on
     assert 1 <= int(headers["Retry-After"]) <= 60
 
     before = len(dispatches(log))
     status, headers, body = post(url, "gpt-a")
     assert status == 429
-    assert int(headers["Retry-After"]) == body["retry_after"]
+    assert body["error"]["code"] == "model_cooldown"  # type: ignore[index]
+    assert int(headers["Retry-After"]) == body["error"]["retry_after"]  # type: ignore[index]
     assert len(dispatches(log)) == before  # the upstream received nothing
 
     assert post(url, "gpt-b")[0] == 200  # another model is not affected
     assert dispatches(log)[-1] == ("sk-loop-one", "gpt-b", 200)
     for secret in ("sk-loop-one", "sk-loop-two", "gpt-a"):
         assert secret not in json.dumps(body)
+
+
+def test_a_stream_crosses_both_processes_as_server_sent_events(
+    spawn: Callable[..., str], tmp_path: Path
+) -> None:
+    upstream = spawn("cooldown.demo.upstream", "--quota", "5", "--window", "60")
+    url = spawn(
+        "cooldown.demo",
+        "--upstream",
+        upstream + "/v1",
+        env={"MODEL_COOLDOWN_ENABLED": "true", "COOLDOWN_DEMO_API_KEY": "sk-stream-one"},
+    )
+    request = urllib.request.Request(
+        url + "/v1/chat/completions",
+        data=json.dumps({"model": "gpt-s", "stream": True, "messages": []}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert response.headers["X-Upstream-Key-Index"] == "1"
+        events = [line for line in response.read().decode().split("\n\n") if line]
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[0].removeprefix("data: "))["object"] == "chat.completion.chunk"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..config import ENABLED_ENV
+from ..config import ENABLED_ENV, STATUS_TOKEN_ENV
 from .gateway import KEYS_ENV, DemoConfig, create_app, http_dispatch, simulated_dispatch
 from .serving import serve
 from .upstream import SimulatedUpstream
@@ -67,6 +67,23 @@ def main(argv: list[str] | None = None) -> None:
         metavar="MODEL=BUCKET",
         help="models sharing one upstream quota (repeatable)",
     )
+    parser.add_argument(
+        "--error-format",
+        choices=("openai", "cooldown"),
+        default="openai",
+        help="the body of the gateway's own 429/503 (default: openai, what OpenAI SDKs parse)",
+    )
+    parser.add_argument(
+        "--rate-limit-headers",
+        action="store_true",
+        help="simulator: announce each window as OpenAI does, so keys cool before a 429",
+    )
+    parser.add_argument(
+        "--status-token",
+        default=os.environ.get(STATUS_TOKEN_ENV),
+        metavar="TOKEN",
+        help=f"turn on the status page at /cooldown/ (32+ characters; or {STATUS_TOKEN_ENV})",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault(ENABLED_ENV, "true")
@@ -77,25 +94,30 @@ def main(argv: list[str] | None = None) -> None:
         for number, key in enumerate(SIMULATED_KEYS[1:], start=1):
             os.environ.setdefault(f"{args.keys_env}_{number}", key)
         revoked = frozenset({SIMULATED_KEYS[-1]}) if args.revoked_key else frozenset()
-        dispatch = simulated_dispatch(SimulatedUpstream(args.quota, args.window, revoked))
+        simulator = SimulatedUpstream(
+            args.quota, args.window, revoked, rate_limit_headers=args.rate_limit_headers
+        )
+        dispatch = simulated_dispatch(simulator)
     config = DemoConfig(
         dispatch=dispatch,
         keys_env=args.keys_env,
         cors_origins=frozenset(args.cors_origin),
         quota_buckets={"demo": dict(args.bucket)} if args.bucket else {},
+        error_format=args.error_format,
+        status_token=args.status_token,
     )
-    serve(
-        create_app(config),
-        args.host,
-        args.port,
-        [
-            f"Model cooldown enabled: {os.environ[ENABLED_ENV]}",
-            "Try it (repeat to see keys rotate, then a 429 with Retry-After):",
-            "  curl -i {url}/v1/chat/completions -H 'Content-Type: application/json' "
-            '-d \'{"model": "gpt-demo", "messages": [{"role": "user", "content": "hi"}]}\'',
-            "Counters: curl {url}/cooldown/status",
-        ],
-    )
+    banner = [
+        f"Model cooldown enabled: {os.environ[ENABLED_ENV]}",
+        "Try it (repeat to see X-Upstream-Key-Index rotate, then a 429 with Retry-After):",
+        "  curl -i {url}/v1/chat/completions -H 'Content-Type: application/json' "
+        '-d \'{"model": "gpt-demo", "messages": [{"role": "user", "content": "hi"}]}\'',
+        'Streaming: add "stream": true to the body (curl -N to see the events arrive).',
+    ]
+    if args.status_token:
+        banner.append("Status page: {url}/cooldown/ (enter the status token)")
+    else:
+        banner.append("Status page: off; start with --status-token to turn it on")
+    serve(create_app(config), args.host, args.port, banner)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""The demo gateway: an OpenAI-style route that rotates keys with `CredentialPool`.
+"""The demo gateway: an OpenAI-style route that rotates keys with `CredentialPool.dispatch`.
 
-Read `chat_completions` top to bottom: it is the integration pattern the README describes
-(resolve the model, select, dispatch, record, rotate only on a definite key rejection).
+Read `chat_completions` top to bottom: it is the integration the README describes (resolve
+the model, let `dispatch` select, send, record and rotate, pass the answer through).
 """
 
 from __future__ import annotations
@@ -10,28 +10,25 @@ import http.client
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, request
 
-from ..advice import recording_context, selection_scope
 from ..errors import APIError
-from ..headers import header_value
-from ..outcome import classify_upstream_outcome
 from ..pools import CredentialPool
-from ..store import model_cooldown
-from ..web import init_app
-from .upstream import SimulatedUpstream, UpstreamReply
+from ..web import init_app, status_blueprint
+from .upstream import SimulatedUpstream, UpstreamReply, UpstreamUnreachable
 
-__all__ = ["PROVIDER", "DemoConfig", "Dispatch", "create_app", "http_dispatch"]
+__all__ = ["KEY_INDEX_HEADER", "PROVIDER", "DemoConfig", "Dispatch", "create_app", "http_dispatch"]
 
 PROVIDER = "demo"
 KEYS_ENV = "COOLDOWN_DEMO_API_KEY"
+KEY_INDEX_HEADER = "X-Upstream-Key-Index"
 
 Dispatch = Callable[[str, str, Mapping[str, Any]], UpstreamReply]
-"""(key, model, request body) -> the upstream's reply."""
+"""(key, model, request body) -> the upstream's reply; raises `UpstreamUnreachable`."""
 
 
 @dataclass(frozen=True)
@@ -40,10 +37,12 @@ class DemoConfig:
     keys_env: str = KEYS_ENV
     cors_origins: frozenset[str] = frozenset()
     quota_buckets: Mapping[str, str | Mapping[str, str]] = field(default_factory=dict)
+    error_format: str = "openai"
+    status_token: str | None = None
 
 
 def simulated_dispatch(upstream: SimulatedUpstream) -> Dispatch:
-    return lambda key, model, body: upstream.answer(key, model)
+    return lambda key, model, body: upstream.answer(key, model, stream=body.get("stream") is True)
 
 
 def http_dispatch(base_url: str, *, timeout: float = 30.0) -> Dispatch:
@@ -58,19 +57,25 @@ def http_dispatch(base_url: str, *, timeout: float = 30.0) -> Dispatch:
             method="POST",
         )
         try:
-            with urllib.request.urlopen(upstream_request, timeout=timeout) as answer:
-                return UpstreamReply(answer.status, dict(answer.headers), _json(answer.read()))
+            answer = urllib.request.urlopen(upstream_request, timeout=timeout)
         except urllib.error.HTTPError as failure:
-            return UpstreamReply(failure.code, dict(failure.headers), _json(failure.read()))
-        except TimeoutError:
-            return UpstreamReply(None, transport_failure="timeout")
-        except urllib.error.URLError as failure:
-            timed_out = isinstance(failure.reason, TimeoutError)
-            return UpstreamReply(None, transport_failure="timeout" if timed_out else "connect")
-        except (ConnectionError, http.client.HTTPException):
-            return UpstreamReply(None, transport_failure="interrupted")
+            with failure:
+                return UpstreamReply(failure.code, dict(failure.headers), _json(failure.read()))
+        except (OSError, http.client.HTTPException) as failure:
+            raise UpstreamUnreachable(type(failure).__name__) from failure
+        headers = dict(answer.headers)
+        if headers.get("Content-Type", "").startswith("text/event-stream"):
+            return UpstreamReply(answer.status, headers, chunks=_lines(answer))
+        with answer:
+            return UpstreamReply(answer.status, headers, _json(answer.read()))
 
     return dispatch
+
+
+def _lines(answer: http.client.HTTPResponse) -> Iterator[bytes]:
+    """Relay a streamed body line by line, as the upstream sends it."""
+    with answer:
+        yield from iter(answer.readline, b"")
 
 
 def _json(raw: bytes) -> dict[str, Any]:
@@ -81,55 +86,62 @@ def _json(raw: bytes) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"data": parsed}
 
 
-def _definite_key_rejection(reply: UpstreamReply) -> bool:
-    """Only a rejected or throttled key is worth another key; anything else is final."""
-    if reply.status is None:
-        return False
-    return classify_upstream_outcome(reply.status).credential_health in ("rejected", "throttled")
-
-
 def _passthrough(reply: UpstreamReply) -> Response:
-    if reply.status is None:
-        raise APIError("The upstream could not be reached.", 502, {"error": "upstream_unreachable"})
+    if reply.chunks is not None:  # recorded on the status line; the body streams on
+        return Response(reply.chunks, status=reply.status, mimetype="text/event-stream")
     response = Response(json.dumps(reply.body), status=reply.status, mimetype="application/json")
-    retry_after = header_value(reply.headers, "Retry-After")
-    if isinstance(retry_after, str):
-        response.headers["Retry-After"] = retry_after
+    if "Retry-After" in reply.headers:
+        response.headers["Retry-After"] = reply.headers["Retry-After"]
     return response
+
+
+def _affinity(body: Mapping[str, Any]) -> str | None:
+    """OpenAI's `prompt_cache_key` (or `user`): requests that share a prompt prefix."""
+    for name in ("prompt_cache_key", "user"):
+        value = body.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def create_app(config: DemoConfig) -> Flask:
     app = Flask(__name__)
+    app.config["MODEL_COOLDOWN_QUOTA_BUCKETS"] = config.quota_buckets
+    if config.status_token:
+        app.config["MODEL_COOLDOWN_STATUS_TOKEN"] = config.status_token
     CredentialPool.register(PROVIDER, config.keys_env)
-    init_app(app)
+    init_app(app, error_format=config.error_format)
+    app.register_blueprint(status_blueprint())
 
     @app.post("/v1/chat/completions")
     def chat_completions() -> Response:
         body = request.get_json(silent=True)
-        model = body.get("model") if isinstance(body, dict) else None
-        if not isinstance(body, dict) or not isinstance(model, str) or not model:
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("model"), str)
+            or not body["model"]
+        ):
             raise APIError("The JSON body needs a model.", 400, {"error": "invalid_request"})
-        scope = selection_scope(PROVIDER, model, quota_buckets=config.quota_buckets)
-        tried: set[str] = set()
-        reply = UpstreamReply(None)
-        while True:
-            # Raises ModelCooldownExhausted (429) when every key cools for this model.
-            key = CredentialPool.select(PROVIDER, **scope)
-            if key is None:
-                raise APIError("No upstream key is configured.", 503, {"error": "no_upstream_key"})
-            if key in tried:  # the legacy fallback hands back a key that already failed
-                return _passthrough(reply)
-            tried.add(key)
-            reply = config.dispatch(key, model, body)
-            if reply.status is not None:
-                evidence = recording_context(reply.status, reply.headers)
-                CredentialPool.record(PROVIDER, key, reply.status, **scope, **evidence)
-            if not _definite_key_rejection(reply):
-                return _passthrough(reply)
+        model = body["model"]
+        used: list[str] = []
 
-    @app.get("/cooldown/status")
-    def cooldown_status() -> Response:
-        return jsonify(model_cooldown.stats())
+        def send(key: str) -> UpstreamReply:
+            used.append(key)
+            return config.dispatch(key, model, body)
+
+        try:
+            # Raises ModelCooldownExhausted (429) when every key cools for this model.
+            reply = CredentialPool.dispatch(PROVIDER, send, model=model, affinity=_affinity(body))
+        except UpstreamUnreachable:
+            raise APIError(
+                "The upstream could not be reached.", 502, {"error": "upstream_unreachable"}
+            ) from None
+        if reply is None:
+            raise APIError("No upstream key is configured.", 503, {"error": "no_upstream_key"})
+        response = _passthrough(reply)
+        # The position of the key that answered (never the key), so rotation shows in curl.
+        response.headers[KEY_INDEX_HEADER] = str(CredentialPool.keys(PROVIDER).index(used[-1]) + 1)
+        return response
 
     @app.after_request
     def allow_configured_origins(response: Response) -> Response:
@@ -138,6 +150,7 @@ def create_app(config: DemoConfig) -> Flask:
             response.headers["Access-Control-Allow-Origin"] = origin
             response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
             response.headers["Access-Control-Allow-Headers"] = "Content-Type, Authorization"
+            response.headers["Access-Control-Expose-Headers"] = KEY_INDEX_HEADER
             response.vary.add("Origin")
         return response
 

@@ -12,7 +12,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,17 +20,30 @@ from flask import Flask, Response, request
 
 from .serving import serve
 
-__all__ = ["SimulatedUpstream", "UpstreamReply", "create_upstream_app", "main"]
+__all__ = [
+    "SimulatedUpstream",
+    "UpstreamReply",
+    "UpstreamUnreachable",
+    "create_upstream_app",
+    "main",
+]
+
+
+class UpstreamUnreachable(ConnectionError):
+    """The request never got an answer (refused, timed out or cut off)."""
 
 
 @dataclass(frozen=True)
 class UpstreamReply:
-    """One upstream answer; `status` is `None` when the request never got one."""
+    """One upstream answer: what `CredentialPool.dispatch` reads (status, headers) and more.
 
-    status: int | None
+    `chunks` is set for a streamed answer: server-sent event lines, read only by the client.
+    """
+
+    status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)
-    transport_failure: str | None = None
+    chunks: Iterator[bytes] | None = None
 
 
 @dataclass
@@ -41,27 +54,41 @@ class SimulatedUpstream:
     window: float = 20.0
     revoked: frozenset[str] = frozenset()
     clock: Callable[[], float] = time.monotonic
+    rate_limit_headers: bool = False  # announce the window as OpenAI does
     _calls: dict[tuple[str, str], list[float]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def answer(self, key: str, model: str) -> UpstreamReply:
+    def answer(self, key: str, model: str, *, stream: bool = False) -> UpstreamReply:
         if key in self.revoked:
             return UpstreamReply(401, body={"error": {"message": "Invalid API key."}})
         now = self.clock()
         with self._lock:
             recent = [t for t in self._calls.get((key, model), []) if t > now - self.window]
+            oldest = recent[0] if recent else now  # a quota of 0 throttles every call
+            wait = max(1, math.ceil(oldest + self.window - now))
             if len(recent) >= self.quota:
                 self._calls[(key, model)] = recent
-                oldest = recent[0] if recent else now  # a quota of 0 throttles every call
-                wait = max(1, math.ceil(oldest + self.window - now))
                 return UpstreamReply(
                     429,
                     headers={"Retry-After": str(wait)},
                     body={"error": {"message": "Rate limit reached for this model."}},
                 )
             self._calls[(key, model)] = [*recent, now]
+            remaining = self.quota - len(recent) - 1
+        headers = {}
+        if self.rate_limit_headers:
+            headers = {
+                "x-ratelimit-limit-requests": str(self.quota),
+                "x-ratelimit-remaining-requests": str(remaining),
+                "x-ratelimit-reset-requests": f"{wait}s",
+            }
+        if stream:
+            return UpstreamReply(
+                200, {**headers, "Content-Type": "text/event-stream"}, chunks=_events(model)
+            )
         return UpstreamReply(
             200,
+            headers=headers,
             body={
                 "object": "chat.completion",
                 "model": model,
@@ -76,6 +103,18 @@ class SimulatedUpstream:
         )
 
 
+def _events(model: str) -> Iterator[bytes]:
+    """A streamed completion as OpenAI sends it: one server-sent event per token, then DONE."""
+    for word in ("Hello", " from", " the", " simulator."):
+        chunk = {
+            "object": "chat.completion.chunk",
+            "model": model,
+            "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}],
+        }
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
 def create_upstream_app(upstream: SimulatedUpstream, log_path: str | None = None) -> Flask:
     """Serve `upstream` at `POST /v1/chat/completions`; optionally log every dispatch."""
     app = Flask(__name__)
@@ -87,8 +126,9 @@ def create_upstream_app(upstream: SimulatedUpstream, log_path: str | None = None
         key = authorization.removeprefix("Bearer ").strip()
         body = request.get_json(silent=True)
         model = body.get("model") if isinstance(body, dict) else None
+        stream = isinstance(body, dict) and body.get("stream") is True
         arrived = time.time()
-        reply = upstream.answer(key, model if isinstance(model, str) else "")
+        reply = upstream.answer(key, model if isinstance(model, str) else "", stream=stream)
         if log_path is not None:
             entry = {
                 "key": key,
@@ -99,9 +139,11 @@ def create_upstream_app(upstream: SimulatedUpstream, log_path: str | None = None
             }
             with log_lock, open(log_path, "a", encoding="utf-8") as log:
                 log.write(json.dumps(entry) + "\n")
+        if reply.chunks is not None:
+            return Response(reply.chunks, status=reply.status, headers=reply.headers)
         return Response(
             json.dumps(reply.body),
-            status=reply.status or 502,
+            status=reply.status,
             headers=reply.headers,
             mimetype="application/json",
         )
@@ -122,8 +164,13 @@ def main(argv: list[str] | None = None) -> None:
         "--revoke", action="append", default=[], metavar="KEY", help="answer 401 for KEY"
     )
     parser.add_argument("--log", metavar="FILE", help="append one JSON line per dispatch")
+    parser.add_argument(
+        "--rate-limit-headers", action="store_true", help="announce the window as OpenAI does"
+    )
     args = parser.parse_args(argv)
-    upstream = SimulatedUpstream(args.quota, args.window, frozenset(args.revoke))
+    upstream = SimulatedUpstream(
+        args.quota, args.window, frozenset(args.revoke), rate_limit_headers=args.rate_limit_headers
+    )
     serve(create_upstream_app(upstream, args.log), args.host, args.port, [])
 
 
