@@ -75,7 +75,7 @@ def throttled_dispatches(shared: bool) -> int:
         pipe.send(None)
         process.join()
     client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter(f"{prefix}:*"):
+    for key in client.scan_iter(f"{{{prefix}}}:*"):
         client.delete(key)
     return dispatches
 
@@ -98,7 +98,7 @@ def main() -> None:
     shared = measure("shared through Redis on loopback", shared_store)
     print(f"added per pair: {shared - local:7.1f} us (two round trips)")
     client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter(f"{prefix}:*"):
+    for key in client.scan_iter(f"{{{prefix}}}:*"):
         client.delete(key)
     print(
         f"dispatches of a throttled key across {WORKERS} workers: "

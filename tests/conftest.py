@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -97,3 +102,165 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., str]]:
             process.stdout.close()
     for log in logs:
         log.close()
+
+
+# -- real processes for shared state -----------------------------------------------------------
+
+WORKER = Path(__file__).with_name("shared_worker.py")
+
+
+class Worker:
+    """A gateway worker process (tests/shared_worker.py): JSON commands in, answers out."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+
+    def __call__(self, op: str, **command: Any) -> Any:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"op": op, **command}) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+
+@pytest.fixture
+def worker_processes() -> Iterator[Callable[..., list[Worker]]]:
+    """Start `count` workers with `env` (added to a MODEL_COOLDOWN-free environment)."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(count: int, env: dict[str, str], *args: str) -> list[Worker]:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
+        environment.update(env)
+        group = []
+        for _ in range(count):
+            process = subprocess.Popen(
+                [sys.executable, str(WORKER), *args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=environment,
+            )
+            started.append(process)
+            assert process.stdout is not None
+            assert json.loads(process.stdout.readline()) == {"ready": True}
+            group.append(Worker(process))
+        return group
+
+    yield start
+    for process in started:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.close()
+        process.wait(timeout=10)
+        process.stdout.close()
+
+
+def require_program(name: str) -> None:
+    """Skip without the program, unless CI requires Redis: then it is a failure."""
+    if shutil.which(name) is None:
+        if os.environ.get("MODEL_COOLDOWN_REQUIRE_REDIS") == "1":
+            pytest.fail(f"MODEL_COOLDOWN_REQUIRE_REDIS=1 but {name} is not installed")
+        pytest.skip(f"{name} is not installed (.ci/run installs it)")
+
+
+def free_port(*, with_cluster_bus: bool = False) -> int:
+    """A free loopback port; for a cluster node, its bus port (port + 10000) is free too."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if not with_cluster_bus:
+            return port
+        if port < 55000:
+            with socket.socket() as bus:
+                try:
+                    bus.bind(("127.0.0.1", port + 10000))
+                    return port
+                except OSError:
+                    continue
+
+
+class RedisServer:
+    """A redis-server this test started on a free loopback port; stopped by PID."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, unix_path: str | None) -> None:
+        self.process = process
+        self.port = port
+        self.unix_path = unix_path
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.unix_path}" if self.unix_path else f"redis://127.0.0.1:{self.port}/0"
+
+    def cli(self, *args: str) -> str:
+        target = ["-s", self.unix_path] if self.unix_path else ["-p", str(self.port)]
+        return subprocess.run(
+            ["redis-cli", *target, *args], capture_output=True, text=True, timeout=20, check=True
+        ).stdout.strip()
+
+    def freeze(self) -> None:
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.thaw()
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start redis-server processes of this test's own (`*args` are extra server options)."""
+    require_program("redis-server")
+    require_program("redis-cli")
+    servers: list[RedisServer] = []
+
+    def start(
+        *args: str, unix: bool = False, sentinel_of: RedisServer | None = None
+    ) -> RedisServer:
+        port = free_port(with_cluster_bus="--cluster-enabled" in args)
+        folder = tmp_path / f"redis-{port}"
+        folder.mkdir()
+        unix_path = str(folder / "redis.sock") if unix else None
+        if sentinel_of is not None:
+            config = folder / "sentinel.conf"
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+                f"sentinel monitor cooldown-primary 127.0.0.1 {sentinel_of.port} 1\n"
+            )
+            command = ["redis-server", str(config), "--sentinel"]
+        else:
+            command = [
+                "redis-server",
+                "--port", "0" if unix else str(port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(folder),
+                *(["--unixsocket", unix_path, "--unixsocketperm", "700"] if unix_path else []),
+                *args,
+            ]  # fmt: skip
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = RedisServer(process, port, unix_path)
+        servers.append(server)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if server.cli("ping") == "PONG":
+                    return server
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -70,8 +70,11 @@ def handle(command: dict[str, Any], store: ModelCooldown) -> Any:
     if op == "store_select":
         return store.select("p", command["keys"], model=command["model"], now=command["now"])
     if op == "stats":
-        return store.stats()
+        return (model_cooldown if POOL_STATS else store).stats()
     raise ValueError(f"unknown op {op}")
+
+
+POOL_STATS = "--stats-of-pool" in sys.argv
 
 
 def main() -> None:

@@ -146,13 +146,13 @@ class CountingBackend:
     def __init__(self) -> None:
         self.calls = 0
 
-    def record(self, entry: str, deadline: float, now: float) -> None:
+    def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None:
         self.calls += 1
 
     def clear(self, entry: str, now: float) -> None:
         self.calls += 1
 
-    def lookup(self, entries: object, now: float) -> None:
+    def lookup(self, entries: object, now: float, max_seconds: int) -> None:
         self.calls += 1
 
     def stats(self) -> dict[str, int | bool]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,13 +31,14 @@ except ImportError:
 
 from cooldown.shared import RedisObservations
 
+Worker = Callable[..., Any]  # conftest.Worker: a worker process that answers JSON commands
+
 REDIS_URL = "redis://127.0.0.1:6379/0"
 SECRET = "s3cret-" + "x" * 40
 PROVIDER = "ce-gpt-plus"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
 K1, K2 = "sk-shared-SECRET-one", "sk-shared-SECRET-two"
 THROTTLED = classify_upstream_outcome(429)
-WORKER = Path(__file__).with_name("shared_worker.py")
 T = 5000.0  # a monotonic `now` every process agrees on (same host, same clock)
 
 
@@ -60,61 +59,27 @@ def prefix(redis_url: str) -> Iterator[str]:
     name = f"mc-test-{uuid.uuid4().hex[:12]}"
     yield name
     client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(f"{name}:*"):
+    for key in client.scan_iter(f"{{{name}}}:*"):
         client.delete(key)
     client.close()
 
 
-class Worker:
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.process = process
-
-    def __call__(self, op: str, **command: Any) -> Any:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"op": op, **command}) + "\n")
-        self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
-
-
 @pytest.fixture
-def workers(redis_url: str, prefix: str) -> Iterator[Callable[..., list[Worker]]]:
-    started: list[subprocess.Popen[str]] = []
-
+def workers(
+    redis_url: str, prefix: str, worker_processes: Callable[..., list[Worker]]
+) -> Callable[..., list[Worker]]:
     def start(count: int, *args: str, secret: str = SECRET) -> list[Worker]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
-        env.update(
-            {
-                "MODEL_COOLDOWN_ENABLED": "true",
-                "MODEL_COOLDOWN_REDIS_URL": redis_url,
-                "MODEL_COOLDOWN_REDIS_SECRET": secret,
-                "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
-                BASE: K1,
-                f"{BASE}_1": K2,
-            }
-        )
-        group = []
-        for _ in range(count):
-            process = subprocess.Popen(
-                [sys.executable, str(WORKER), *args],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-            started.append(process)
-            assert process.stdout is not None
-            assert json.loads(process.stdout.readline()) == {"ready": True}
-            group.append(Worker(process))
-        return group
+        env = {
+            "MODEL_COOLDOWN_ENABLED": "true",
+            "MODEL_COOLDOWN_REDIS_URL": redis_url,
+            "MODEL_COOLDOWN_REDIS_SECRET": secret,
+            "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
+            BASE: K1,
+            f"{BASE}_1": K2,
+        }
+        return worker_processes(count, env, *args)
 
-    yield start
-    for process in started:
-        assert process.stdin is not None
-        assert process.stdout is not None
-        process.stdin.close()
-        process.wait(timeout=10)
-        process.stdout.close()
+    return start
 
 
 def select(worker: Worker, now: float, **scope: str | None) -> Any:
@@ -234,7 +199,7 @@ def test_different_secrets_give_different_ids(
     record(first, K1, 429, T, model="gpt-a")
     assert select(same, T + 1, model="gpt-a") == {"value": K2}
     assert select(other, T + 1, model="gpt-a") == {"value": K1}
-    members = redis.Redis.from_url(redis_url).zrange(f"{prefix}:deadlines", 0, -1)
+    members = redis.Redis.from_url(redis_url).zrange(f"{{{prefix}}}:deadlines", 0, -1)
     assert len(members) == 1
 
 
@@ -250,7 +215,7 @@ def test_redis_holds_only_hex_ids_and_numbers(
     record(second, K1, 401, T, model="gpt-SECRET-model")
     client = redis.Redis.from_url(redis_url)
     dump = []
-    for key in client.scan_iter(f"{prefix}:*"):
+    for key in client.scan_iter(f"{{{prefix}}}:*"):
         dump.append(key)
         if client.type(key) == b"zset":
             for member, score in client.zrange(key, 0, -1, withscores=True):
@@ -263,7 +228,7 @@ def test_redis_holds_only_hex_ids_and_numbers(
     blob = b" ".join(dump)
     for secret in (K1, K2, "gpt-SECRET-model", "SECRET-bucket", SECRET, "SECRET"):
         assert secret.encode() not in blob
-    assert client.zcard(f"{prefix}:deadlines") == 3
+    assert client.zcard(f"{{{prefix}}}:deadlines") == 3
 
 
 # -- failure and recovery ---------------------------------------------------------------------
@@ -418,7 +383,7 @@ def test_settings_attach_the_process_store(
     try:
         CredentialPool.record(PROVIDER, K1, 429, model="gpt-a", now=T)
         assert model_cooldown.stats()["shared"] is True
-        assert redis.Redis.from_url(redis_url).zcard(f"{prefix}:deadlines") == 1
+        assert redis.Redis.from_url(redis_url).zcard(f"{{{prefix}}}:deadlines") == 1
         monkeypatch.delenv("MODEL_COOLDOWN_REDIS_URL")
         CredentialPool.select(PROVIDER, model="gpt-b", now=T)
         assert model_cooldown.stats()["shared"] is False
@@ -430,11 +395,11 @@ def test_foreign_data_under_the_prefix_degrades_instead_of_raising(
     redis_url: str, prefix: str
 ) -> None:
     client = redis.Redis.from_url(redis_url)
-    client.set(f"{prefix}:overflow", "not-a-number")
+    client.set(f"{{{prefix}}}:overflow", "not-a-number")
     store = ModelCooldown()
     store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
     store.record("p", K1, THROTTLED, model="m", now=T)
     assert store.select("p", [K1, K2], model="m", now=T + 1) == K2
     assert store.stats()["shared_degraded"] is True
-    client.set(f"{prefix}:deadlines", "wrong type")
+    client.set(f"{{{prefix}}}:deadlines", "wrong type")
     assert store.select("p", [K1, K2], model="m", now=T + 5) == K2

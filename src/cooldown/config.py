@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, TypeAlias
-from urllib.parse import urlsplit
 
 from .forksafe import new_lock
+from .redisurl import parse_redis_url
 
 __all__ = [
     "FORWARDED_ENV",
@@ -157,12 +157,10 @@ def _parse_redis_url(raw: str | None) -> str | None:
     if not value:
         return None
     try:
-        parts = urlsplit(value)
-        usable = parts.scheme in ("redis", "rediss") and bool(parts.hostname)
-        parts.port  # noqa: B018 - raises ValueError for a malformed port
+        parse_redis_url(value)
     except ValueError:
-        usable = False
-    if not usable or importlib.util.find_spec("redis") is None:
+        raise _Malformed(REDIS_URL_ENV) from None
+    if importlib.util.find_spec("redis") is None:
         raise _Malformed(REDIS_URL_ENV)
     return value
 

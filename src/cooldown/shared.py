@@ -8,17 +8,16 @@ secret. Every write and every lookup is one Lua script, one round trip.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from .config import REDIS_URL_ENV, CooldownSettings, warn_malformed
+from .config import REDIS_URL_ENV, CooldownSettings, warn_once
 from .forksafe import new_lock
+from .redisurl import RedisEndpoint, parse_redis_url
 from .store import ModelCooldown
-
-if TYPE_CHECKING:
-    from redis import Redis
 
 __all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
 
@@ -28,48 +27,123 @@ _T = TypeVar("_T")
 SOCKET_TIMEOUT_SECONDS = 0.1
 FIRST_BACKOFF_SECONDS = 1.0
 LONGEST_BACKOFF_SECONDS = 30.0
+CLOCK_SKEW_SECONDS = 10.0
+"""How far another host's clock may run ahead before its deadlines count as too late."""
 
-# KEYS: deadlines zset, overflow key. ARGV: now_ms, entry, deadline_ms, cap.
-# Prunes, keeps the later deadline, never evicts: at the cap it raises the overflow instead.
+# Every script prunes what expired and distrusts what is too late: a deadline beyond
+# now + max_seconds + skew (a tampered score, a host with a wrong clock, +inf) is cut to
+# now + max_seconds in place, the first time any process sees it.
+# ARGV[1..3]: now_ms, limit_ms (now + max + skew), truncate_ms (now + max).
+
+# KEYS: deadlines, overflow. ARGV[4..6]: entry, deadline_ms, cap.
+# Keeps the later deadline, never evicts: at the cap it raises the overflow instead.
 _RECORD = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local deadline = tonumber(ARGV[3])
-local current = redis.call('ZSCORE', KEYS[1], ARGV[2])
+local limit, truncate = tonumber(ARGV[2]), tonumber(ARGV[3])
+local deadline = tonumber(ARGV[5])
+local current = redis.call('ZSCORE', KEYS[1], ARGV[4])
 if current then
-  if deadline > tonumber(current) then redis.call('ZADD', KEYS[1], deadline, ARGV[2]) end
+  current = tonumber(current)
+  if current > limit then
+    current = truncate
+    redis.call('ZADD', KEYS[1], truncate, ARGV[4])
+  end
+  if deadline > current then redis.call('ZADD', KEYS[1], deadline, ARGV[4]) end
   return 1
 end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[6]) then
   local overflow = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if deadline > overflow then redis.call('SET', KEYS[2], ARGV[3]) end
+  if overflow == nil or overflow ~= overflow or overflow > limit then overflow = 0 end
+  if deadline > overflow then redis.call('SET', KEYS[2], ARGV[5]) end
   return 0
 end
-redis.call('ZADD', KEYS[1], deadline, ARGV[2])
+redis.call('ZADD', KEYS[1], deadline, ARGV[4])
 return 1
 """
 
-# KEYS: deadlines zset. ARGV: now_ms, entry. Success clears only its own entry.
+# KEYS: deadlines. ARGV: now_ms, entry. Success clears only its own entry.
 _CLEAR = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 return redis.call('ZREM', KEYS[1], ARGV[2])
 """
 
-# KEYS: deadlines zset, overflow key. ARGV: now_ms, entries...
-# Returns the deadline of each entry (or false) and the live overflow deadline (or false).
+# KEYS: deadlines, overflow. ARGV[4..]: entries.
+# Returns each entry's deadline (or false), then the live overflow deadline (or false); an
+# overflow that is not a number is returned as it is, for the client to refuse.
 _LOOKUP = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local result = {}
-for index = 2, #ARGV do
-  result[index - 1] = redis.call('ZSCORE', KEYS[1], ARGV[index]) or false
+for index = 4, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[index])
+  if score and tonumber(score) > limit then
+    redis.call('ZADD', KEYS[1], ARGV[3], ARGV[index])
+    score = ARGV[3]
+  end
+  result[index - 3] = score or false
 end
 local overflow = redis.call('GET', KEYS[2])
-if overflow and tonumber(overflow) > tonumber(ARGV[1]) then
-  result[#ARGV] = overflow
+local value = overflow and tonumber(overflow)
+if overflow and (value == nil or value ~= value) then
+  result[#ARGV - 2] = overflow
+elseif value and value > limit then
+  redis.call('SET', KEYS[2], ARGV[3])
+  result[#ARGV - 2] = ARGV[3]
+elseif value and value > now then
+  result[#ARGV - 2] = overflow
 else
-  result[#ARGV] = false
+  result[#ARGV - 2] = false
 end
 return result
 """
+
+
+def _connect(endpoint: RedisEndpoint, timeout: float) -> Any:
+    """A client for the endpoint; the URL's own timeouts may only tighten ours."""
+    from redis import Redis
+    from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode, RedisCluster
+    from redis.retry import Retry
+    from redis.sentinel import Sentinel
+
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    for name, seconds in endpoint.timeouts:
+        timeouts[name] = min(timeouts[name], seconds)
+    common: dict[str, Any] = {
+        **timeouts,
+        **dict(endpoint.options),
+        "username": endpoint.username,
+        "password": endpoint.password,
+    }
+    if endpoint.tls:
+        common["ssl"] = True
+    if endpoint.mode == "cluster":
+        nodes = [ClusterNode(host, port) for host, port in endpoint.hosts]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, cluster_error_retry_attempts=1, **common)
+    single = {
+        **common,
+        "db": endpoint.db,
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 0,
+    }
+    if endpoint.mode == "sentinel":
+        sentinel = Sentinel(list(endpoint.hosts), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+        return sentinel.master_for(endpoint.service_name or "", **single)  # type: ignore[no-untyped-call]
+    if endpoint.unix_path is not None:
+        return Redis(unix_socket_path=endpoint.unix_path, **single)
+    host, port = endpoint.hosts[0]
+    client = Redis(host=host, port=port, **single)
+    if client.info("cluster").get("cluster_enabled"):  # a plain URL naming a cluster node
+        client.close()
+        return RedisCluster(host=host, port=port, cluster_error_retry_attempts=1, **common)
+    return client
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError("a shared deadline is not a finite number")
+    return number
 
 
 class RedisObservations:
@@ -77,6 +151,7 @@ class RedisObservations:
 
     `None` means "Redis did not answer": the caller keeps its local answer. After a failure
     Redis is left alone for a backoff (1 s, doubling to 30 s) measured on the caller's clock.
+    The client connects on first use, outside every lock.
     """
 
     def __init__(
@@ -87,23 +162,12 @@ class RedisObservations:
         max_entries: int = 10000,
         socket_timeout: float = SOCKET_TIMEOUT_SECONDS,
     ) -> None:
-        from redis import Redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
-        self._client: Redis = Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_timeout,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False,
-            health_check_interval=0,
-        )
-        self._keys = [f"{prefix}:deadlines", f"{prefix}:overflow"]
+        self._endpoint = parse_redis_url(url)  # ValueError for a URL it cannot honour
+        self._timeout = socket_timeout
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._keys = [f"{{{prefix}}}:deadlines", f"{{{prefix}}}:overflow"]
         self._max_entries = max_entries
-        self._record = self._client.register_script(_RECORD)
-        self._clear = self._client.register_script(_CLEAR)
-        self._lookup = self._client.register_script(_LOOKUP)
         # Wall clock = monotonic + offset, fixed per process, so `now=` works in tests too.
         self._offset = time.time() - time.monotonic()
         self._lock = new_lock(self)
@@ -113,10 +177,22 @@ class RedisObservations:
         self._backoff = FIRST_BACKOFF_SECONDS
 
     def __repr__(self) -> str:
-        return f"<RedisObservations degraded={self._degraded}>"
+        return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
+
+    def _script(self, name: str) -> Any:
+        if self._client is None:
+            client = _connect(self._endpoint, self._timeout)
+            self._scripts = {
+                "record": client.register_script(_RECORD),
+                "clear": client.register_script(_CLEAR),
+                "lookup": client.register_script(_LOOKUP),
+            }
+            self._client = client
+        return self._scripts[name]
 
     # -- clock --------------------------------------------------------------------------------
 
@@ -124,14 +200,22 @@ class RedisObservations:
         return int((monotonic + self._offset) * 1000)
 
     def _to_monotonic(self, wall_ms: Any) -> float:
-        return float(wall_ms) / 1000 - self._offset
+        return _finite(wall_ms) / 1000 - self._offset
+
+    def _window(self, now: float, max_seconds: int) -> list[int]:
+        """now, the latest deadline trusted, and where a later one is cut to (wall ms)."""
+        return [
+            self._to_wall_ms(now),
+            self._to_wall_ms(now + max_seconds + CLOCK_SKEW_SECONDS),
+            self._to_wall_ms(now + max_seconds),
+        ]
 
     # -- failure handling ---------------------------------------------------------------------
 
     def _call(
         self,
         now: float,
-        script: Any,
+        script: str,
         keys: list[str],
         args: list[Any],
         read: Callable[[Any], _T] = lambda answer: answer,
@@ -140,8 +224,8 @@ class RedisObservations:
         with self._lock:
             if self._degraded and now < self._retry_at:
                 return None
-        try:
-            answer = read(script(keys=keys, args=args))
+        try:  # no lock held: a slow Redis delays only the calls that need its answer
+            answer = read(self._script(script)(keys=keys, args=args))
         except Exception as error:  # any client or data failure degrades; none reaches a route
             self._failed(now, error)
             return None
@@ -170,14 +254,16 @@ class RedisObservations:
 
     # -- observations -------------------------------------------------------------------------
 
-    def record(self, entry: str, deadline: float, now: float) -> None:
-        args = [self._to_wall_ms(now), entry, self._to_wall_ms(deadline), self._max_entries]
-        self._call(now, self._record, self._keys, args)
+    def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None:
+        args = [*self._window(now, max_seconds), entry, self._to_wall_ms(deadline)]
+        self._call(now, "record", self._keys, [*args, self._max_entries])
 
     def clear(self, entry: str, now: float) -> None:
-        self._call(now, self._clear, self._keys[:1], [self._to_wall_ms(now), entry])
+        self._call(now, "clear", self._keys[:1], [self._to_wall_ms(now), entry])
 
-    def lookup(self, entries: Sequence[str], now: float) -> tuple[list[float | None], float] | None:
+    def lookup(
+        self, entries: Sequence[str], now: float, max_seconds: int
+    ) -> tuple[list[float | None], float] | None:
         """Each entry's deadline and the live overflow deadline (0.0 if none), monotonic."""
 
         def read(answer: list[Any]) -> tuple[list[float | None], float]:
@@ -187,8 +273,8 @@ class RedisObservations:
                 0.0 if overflow is None else self._to_monotonic(overflow),
             )
 
-        args = [self._to_wall_ms(now), *entries]
-        return self._call(now, self._lookup, self._keys, args, read)
+        args = [*self._window(now, max_seconds), *entries]
+        return self._call(now, "lookup", self._keys, args, read)
 
     def stats(self) -> dict[str, int | bool]:
         with self._lock:
@@ -199,7 +285,8 @@ class RedisObservations:
             }
 
 
-_attached: tuple[str, str, str] | None = None
+_Wanted = tuple[str, str, str, int]  # url, secret, prefix, timeout in milliseconds
+_attached: _Wanted | None = None
 _last_seen: CooldownSettings | None = None  # settings are cached, so identity is cheap
 _attach_lock = new_lock(sys.modules[__name__], "_attach_lock")
 
@@ -214,14 +301,19 @@ def share_when_configured(store: ModelCooldown, current: CooldownSettings) -> No
         return
     wanted = None
     if current.redis_url and current.redis_secret:
-        wanted = (current.redis_url, current.redis_secret, current.redis_prefix)
+        wanted = (
+            current.redis_url,
+            current.redis_secret,
+            current.redis_prefix,
+            current.redis_timeout_ms,
+        )
     with _attach_lock:
         if wanted != _attached:
             _attach(store, wanted)
         _last_seen = current
 
 
-def _attach(store: ModelCooldown, wanted: tuple[str, str, str] | None) -> None:
+def _attach(store: ModelCooldown, wanted: _Wanted | None) -> None:
     global _attached
     previous = store.detach_shared()
     if isinstance(previous, RedisObservations):
@@ -229,10 +321,10 @@ def _attach(store: ModelCooldown, wanted: tuple[str, str, str] | None) -> None:
     _attached = wanted
     if wanted is None:
         return
-    url, secret, prefix = wanted
+    url, secret, prefix, timeout_ms = wanted
     try:
-        backend = RedisObservations(url, prefix=prefix)
-    except ValueError:  # a URL redis-py cannot use: stay process-local
-        warn_malformed(REDIS_URL_ENV)
+        backend = RedisObservations(url, prefix=prefix, socket_timeout=timeout_ms / 1000)
+    except ValueError:  # settings validated it; this only guards a direct caller's URL
+        warn_once(REDIS_URL_ENV, "%s is malformed; cooldowns stay on, but are not shared")
         return
     store.attach_shared(backend, secret=secret.encode())

@@ -44,12 +44,12 @@ class SharedObservations(Protocol):
     answer returns `None` from `lookup` and never raises.
     """
 
-    def record(self, entry: str, deadline: float, now: float) -> None: ...
+    def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None: ...
 
     def clear(self, entry: str, now: float) -> None: ...
 
     def lookup(
-        self, entries: Sequence[str], now: float
+        self, entries: Sequence[str], now: float, max_seconds: int
     ) -> tuple[list[float | None], float] | None: ...
 
     def stats(self) -> dict[str, int | bool]: ...
@@ -301,7 +301,7 @@ class ModelCooldown:
             if deadline is None:
                 sharing.backend.clear(shared_entry, current_time)
             else:
-                sharing.backend.record(shared_entry, current_time + delay, current_time)
+                sharing.backend.record(shared_entry, current_time + delay, current_time, ceiling)
         return deadline
 
     def _store(self, entry: bytes, deadline: float) -> tuple[bytes, float]:
@@ -353,6 +353,7 @@ class ModelCooldown:
         keys: Sequence[str],
         scope: bytes | None,
         now: float,
+        max_seconds: int,
     ) -> tuple[dict[str, tuple[float, float]], float]:
         """Per key, its shared credential-wide and scope deadlines; and the shared overflow.
 
@@ -366,7 +367,7 @@ class ModelCooldown:
             entries.append(credential.hex())
             if scope_digest:
                 entries.append((credential + scope_digest).hex())
-        answer = sharing.backend.lookup(entries, now)
+        answer = sharing.backend.lookup(entries, now, max_seconds)
         if answer is None:
             return {}, 0.0
         deadlines, overflow = answer
@@ -400,7 +401,7 @@ class ModelCooldown:
         sharing = self._shared
         if sharing is not None and keys:
             shared, shared_overflow = self._shared_releases(
-                sharing, provider_frame, keys, scope, resolve_now(given_now)
+                sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
             )
             legacy = {key: max(legacy.get(key, 0.0), *shared.get(key, (0.0,))) for key in keys}
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
@@ -488,7 +489,7 @@ class ModelCooldown:
         sharing = self._shared
         if sharing is not None and keys:
             shared, shared_overflow = self._shared_releases(
-                sharing, provider_frame, keys, scope, resolve_now(given_now)
+                sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
             )
         with self._lock:
             current_time = time.monotonic() if given_now is None else given_now
