@@ -115,8 +115,13 @@ def _events(model: str) -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def create_upstream_app(upstream: SimulatedUpstream, log_path: str | None = None) -> Flask:
-    """Serve `upstream` at `POST /v1/chat/completions`; optionally log every dispatch."""
+def create_upstream_app(
+    upstream: SimulatedUpstream, log_path: str | None = None, *, delay: float = 0.0
+) -> Flask:
+    """Serve `upstream` at `POST /v1/chat/completions`; optionally log every dispatch.
+
+    `delay` seconds of latency per answer make concurrency visible (requests in flight).
+    """
     app = Flask(__name__)
     log_lock = threading.Lock()
 
@@ -128,6 +133,7 @@ def create_upstream_app(upstream: SimulatedUpstream, log_path: str | None = None
         model = body.get("model") if isinstance(body, dict) else None
         stream = isinstance(body, dict) and body.get("stream") is True
         arrived = time.time()
+        time.sleep(delay)
         reply = upstream.answer(key, model if isinstance(model, str) else "", stream=stream)
         if log_path is not None:
             entry = {
@@ -167,11 +173,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rate-limit-headers", action="store_true", help="announce the window as OpenAI does"
     )
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds of latency per answer")
     args = parser.parse_args(argv)
     upstream = SimulatedUpstream(
         args.quota, args.window, frozenset(args.revoke), rate_limit_headers=args.rate_limit_headers
     )
-    serve(create_upstream_app(upstream, args.log), args.host, args.port, [])
+    app = create_upstream_app(upstream, args.log, delay=args.delay)
+    serve(app, args.host, args.port, [])
 
 
 if __name__ == "__main__":
