@@ -137,12 +137,14 @@ def gunicorn_dispatches(worker_class: str, *, shared: bool, burst: bool) -> int:
         upstream, upstream_url = _start_upstream(log)
         port = _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
-        env.update({"MODEL_COOLDOWN_ENABLED": "true", "COOLDOWN_DEMO_UPSTREAM": upstream_url + "/v1",
-                    "COOLDOWN_DEMO_API_KEY": "sk-bench-throttled"})  # fmt: skip
+        env["MODEL_COOLDOWN_ENABLED"] = "true"
+        env["COOLDOWN_DEMO_UPSTREAM"] = upstream_url + "/v1"
+        env["COOLDOWN_DEMO_API_KEY"] = "sk-bench-throttled"
         prefix = f"bench-{uuid.uuid4().hex[:8]}"
         if shared:
-            env.update({"MODEL_COOLDOWN_REDIS_URL": REDIS_URL, "MODEL_COOLDOWN_REDIS_SECRET": SECRET,
-                        "MODEL_COOLDOWN_REDIS_PREFIX": prefix})  # fmt: skip
+            env["MODEL_COOLDOWN_REDIS_URL"] = REDIS_URL
+            env["MODEL_COOLDOWN_REDIS_SECRET"] = SECRET
+            env["MODEL_COOLDOWN_REDIS_PREFIX"] = prefix
         threads = ["--threads", "4"] if worker_class == "gthread" else []
         server = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-w", str(WORKERS), "-k", worker_class, *threads,

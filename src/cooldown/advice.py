@@ -13,7 +13,7 @@ from flask import current_app, has_app_context
 
 from .config import settings
 from .headers import Headers, header_value, lowered_headers
-from .outcome import UpstreamOutcome, classify_upstream_outcome
+from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
 from .ratelimit import spent_window_reset
 
 __all__ = [
@@ -155,9 +155,12 @@ def recording_context(
     wall_clock = time.time() if received_at is None else received_at
     advice = _retry_after(lowered.get("retry-after"), wall_clock)
     if outcome is None:
-        outcome = classify_upstream_outcome(
-            status, transport_failure=transport_failure, cancelled=cancelled
-        )
+        if transport_failure is None and not cancelled and type(status) is int:
+            outcome = classify_status(status)
+        else:
+            outcome = classify_upstream_outcome(
+                status, transport_failure=transport_failure, cancelled=cancelled
+            )
         if outcome.credential_health == "accepted":  # served, but maybe the window is spent
             window = spent_window_reset(lowered, wall_clock) if lowered else None
             if window is not None:

@@ -243,10 +243,34 @@ def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
         return {}
 
 
+def _process_environment() -> tuple[str | None, ...]:
+    """This package's variables in `os.environ`, read on every call, as cheaply as possible.
+
+    `os.environ.get` encodes the name and raises and catches `KeyError` for every unset
+    variable (about a microsecond each); CPython's `os.environ` keeps its encoded data in
+    `_data`, which is read directly when it is there (values decoded only on a cache miss).
+    """
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    if not isinstance(data, dict) or _ENCODED_NAMES is None:
+        return tuple(map(environ.get, _PARSED_ENV))
+    return _decoded(tuple(map(data.get, _ENCODED_NAMES)))
+
+
+_encode = getattr(os.environ, "encodekey", None)
+_ENCODED_NAMES = None if _encode is None else tuple(map(_encode, _PARSED_ENV))
+
+
+@lru_cache(maxsize=64)
+def _decoded(raw: tuple[Any, ...]) -> tuple[str | None, ...]:
+    decode = os.environ.decodevalue
+    return tuple(None if value is None else decode(value) for value in raw)
+
+
 def settings(environ: Mapping[str, str] | None = None) -> CooldownSettings:
     """Read the settings now, so a changed environment applies to the next call."""
     if environ is None:  # the hot path: os.environ holds only strings
-        return _parse(tuple(map(os.environ.get, _PARSED_ENV)))
+        return _parse(_process_environment())
     if not isinstance(environ, Mapping):
         raise TypeError("environ must be a mapping of str to str")
     return _parse(tuple(environment_value(environ, name) for name in _PARSED_ENV))

@@ -22,13 +22,17 @@ def _items(headers: Headers) -> Iterable[object]:
 
 def lowered_headers(headers: Headers | None) -> dict[str, object]:
     """Every header by its lower-cased name; the first of repeated names wins."""
-    lowered: dict[str, object] = {}
     if headers is None:
+        return {}
+    items: list[Any] = list(_items(headers))
+    try:  # the common case: string names; reversed, so the first of a repeated name wins
+        return {name.lower(): value for name, value in reversed(items)}
+    except (AttributeError, TypeError, ValueError):  # odd pairs: keep only well-formed ones
+        lowered: dict[str, object] = {}
+        for item in items:
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                lowered.setdefault(item[0].lower(), item[1])
         return lowered
-    for item in _items(headers):
-        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-            lowered.setdefault(item[0].lower(), item[1])
-    return lowered
 
 
 def header_value(headers: Headers, name: str) -> object:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-__all__ = ["TRANSPORT_FAILURES", "UpstreamOutcome", "classify_upstream_outcome"]
+__all__ = ["TRANSPORT_FAILURES", "UpstreamOutcome", "classify_status", "classify_upstream_outcome"]
 
 PROVIDER_HEALTH = frozenset({"success", "failure", "neutral"})
 CREDENTIAL_HEALTH = frozenset({"accepted", "rejected", "throttled", "unknown"})
@@ -70,3 +71,7 @@ def classify_upstream_outcome(
     if 400 <= status_code < 500:
         return UpstreamOutcome(replay_permission, "neutral", "unknown", "http_caller_error")
     return UpstreamOutcome(replay_permission, "neutral", "unknown", "http_neutral")
+
+
+classify_status = lru_cache(maxsize=256)(classify_upstream_outcome)
+"""Outcomes are immutable, so one per status code is enough for the hot paths."""

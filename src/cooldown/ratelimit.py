@@ -88,8 +88,11 @@ def rfc3339_timestamp(value: object) -> float | None:
 
 
 def _spent(value: object) -> bool:
-    remaining = _plain_seconds(value)  # a count: digits, perhaps with a fraction
-    return remaining is not None and remaining == 0
+    """A remaining count of zero (providers send whole numbers)."""
+    if not isinstance(value, str) or len(value) > _LONGEST_VALUE:
+        return False
+    count = value.strip()
+    return count.isascii() and count.isdigit() and not count.strip("0")
 
 
 def spent_window_reset(lowered: dict[str, object], received_at: float) -> float | None:

@@ -6,13 +6,12 @@ import hashlib
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from typing import NamedTuple
 
 from ..config import CooldownSettings, bounded_int, environment_value, settings, warn_once
 from ..digests import frame, scope_message
 from ..learn import window_learner
-from ..outcome import UpstreamOutcome, classify_upstream_outcome
+from ..outcome import UpstreamOutcome, classify_status
 from ..shared import share_when_configured
 from ..store import model_cooldown, usable_advice
 
@@ -21,7 +20,6 @@ __all__ = [
     "by_affinity",
     "check_affinity",
     "check_evidence",
-    "classify_status",
     "key_value",
     "learned_fallback",
     "numbered_suffix",
@@ -144,10 +142,6 @@ def learned_fallback(
     elif health == "accepted":
         window_learner.succeeded(namespace, key, scope, now=now)
     return fallback
-
-
-classify_status = lru_cache(maxsize=256)(classify_upstream_outcome)
-"""Outcomes are immutable, so one per status code is enough for the hot path."""
 
 
 def by_affinity(keys: list[str], affinity: str | None) -> list[str]:

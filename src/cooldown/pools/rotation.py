@@ -8,7 +8,7 @@ from typing import Protocol, TypeVar
 from ..advice import RecordingContext, recording_context
 from ..errors import CooldownError
 from ..headers import Headers
-from ._common import classify_status
+from ..outcome import classify_status
 
 __all__ = ["response_headers", "response_status", "rotate"]
 
