@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from flask import Flask
@@ -32,7 +32,7 @@ class FakeUpstreamAnswer:
     """What `requests`, `httpx` and the docs' `call_provider` hand back, minus the network."""
 
     status_code = 200
-    headers = {"x-ratelimit-remaining-requests": "7", "x-ratelimit-reset-requests": "1s"}
+    headers: ClassVar = {"x-ratelimit-remaining-requests": "7", "x-ratelimit-reset-requests": "1s"}
     content = b'{"object": "chat.completion"}'
     text = content.decode()
 
@@ -66,7 +66,7 @@ def test_the_docs_have_python_blocks() -> None:
 @pytest.mark.parametrize(("path", "code"), blocks())
 def test_block_runs_and_its_routes_answer(path: Path, code: str) -> None:
     namespace: dict[str, Any] = {"__name__": f"docs_{path.stem}", "call_provider": call_provider}
-    exec(compile(code, str(path), "exec"), namespace)  # noqa: S102 - our own documentation
+    exec(compile(code, str(path), "exec"), namespace)
     for app in [value for value in namespace.values() if isinstance(value, Flask)]:
         app.testing = True  # exceptions propagate instead of becoming 500s
         client = app.test_client()

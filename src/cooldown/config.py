@@ -142,13 +142,14 @@ def environment_value(environ: Mapping[str, object], name: str) -> str | None:
     return value
 
 
-def _parse_max_seconds(raw: str | None) -> int:
+def _parse_whole_number(raw: str | None, name: str, default: int, high: int) -> int:
+    """Unset or blank is `default`; otherwise ASCII digits from 1 through `high`."""
     value = (raw or "").strip()
     if not value:
-        return DEFAULT_MAX_SECONDS
-    parsed = bounded_int(value, 1, LARGEST_MAX_SECONDS)
+        return default
+    parsed = bounded_int(value, 1, high)
     if parsed is None:
-        raise _Malformed(MAX_SECONDS_ENV)
+        raise _Malformed(name)
     return parsed
 
 
@@ -183,16 +184,6 @@ def _parse_redis_prefix(raw: str | None) -> str:
     return value
 
 
-def _parse_redis_timeout(raw: str | None) -> int:
-    value = (raw or "").strip()
-    if not value:
-        return DEFAULT_REDIS_TIMEOUT_MS
-    parsed = bounded_int(value, 1, LONGEST_REDIS_TIMEOUT_MS)
-    if parsed is None:
-        raise _Malformed(REDIS_TIMEOUT_ENV)
-    return parsed
-
-
 @lru_cache(maxsize=64)
 def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
     values = dict(zip(_PARSED_ENV, raw, strict=True))
@@ -203,7 +194,9 @@ def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
     except _Malformed as error:
         malformed.append(error.name)
     try:
-        max_seconds = _parse_max_seconds(values[MAX_SECONDS_ENV])
+        max_seconds = _parse_whole_number(
+            values[MAX_SECONDS_ENV], MAX_SECONDS_ENV, DEFAULT_MAX_SECONDS, LARGEST_MAX_SECONDS
+        )
     except _Malformed as error:
         malformed.append(error.name)
     for name in malformed:
@@ -236,7 +229,12 @@ def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
             "redis_url": _parse_redis_url(values[REDIS_URL_ENV]),
             "redis_secret": _parse_redis_secret(values[REDIS_SECRET_ENV], required=True),
             "redis_prefix": _parse_redis_prefix(values[REDIS_PREFIX_ENV]),
-            "redis_timeout_ms": _parse_redis_timeout(values[REDIS_TIMEOUT_ENV]),
+            "redis_timeout_ms": _parse_whole_number(
+                values[REDIS_TIMEOUT_ENV],
+                REDIS_TIMEOUT_ENV,
+                DEFAULT_REDIS_TIMEOUT_MS,
+                LONGEST_REDIS_TIMEOUT_MS,
+            ),
         }
     except _Malformed as error:
         warn_once(error.name, "%s is malformed; cooldowns stay on, but are not shared")

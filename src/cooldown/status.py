@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, TypedDict
 
-from .store import retry_after
+from .config import LARGEST_MAX_SECONDS, CooldownSettings
+from .store import model_cooldown, retry_after
 
-__all__ = ["KeyStatus", "PoolStatus", "pool_status"]
+__all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
 Reason = Literal["credential", "scope", "legacy", "capacity"]
 
@@ -45,3 +46,31 @@ def pool_status(
             )
     cooling = sum(1 for key in keys if key["state"] == "cooling")
     return {"provider": provider, "keys": keys, "ready": len(keys) - cooling, "cooling": cooling}
+
+
+def keys_status(
+    provider: str,
+    keys: Sequence[str],
+    rests: Mapping[str, float],
+    current: CooldownSettings | None,
+    *,
+    model: str | None,
+    quota_bucket: str | None,
+    now: float,
+) -> PoolStatus:
+    """A pool's keys as its selection sees them: legacy rests only, or the store's view."""
+    if current is None:  # the legacy path: only the pool's own rests decide
+        legacy: list[tuple[str | None, float]] = [
+            ("legacy", rests[key]) if key in rests else (None, 0.0) for key in keys
+        ]
+        return pool_status(provider, legacy, now, LARGEST_MAX_SECONDS)
+    explained = model_cooldown.explain(
+        provider,
+        keys,
+        model=model,
+        quota_bucket=quota_bucket,
+        max_seconds=current.max_seconds,
+        now=now,
+        legacy_rest_until=rests,
+    )
+    return pool_status(provider, explained, now, current.max_seconds)

@@ -55,6 +55,19 @@ class SharedObservations(Protocol):
     def stats(self) -> dict[str, int | bool]: ...
 
 
+class _Lookup(NamedTuple):
+    """One selection-style call's checked arguments, and what Redis said (no lock held)."""
+
+    ceiling: int
+    provider_frame: bytes
+    keys: Sequence[str]
+    scope: bytes | None
+    legacy: Mapping[str, float]
+    given_now: float | None
+    shared: dict[str, tuple[float, float]]  # key -> (credential-wide, scope) deadlines
+    shared_overflow: float
+
+
 class _Sharing(NamedTuple):
     backend: SharedObservations
     digest: PreparedHmac  # keyed by the shared secret, not this store's salt
@@ -378,6 +391,34 @@ class ModelCooldown:
             releases[key] = (wide or 0.0, (scoped[0] if scoped else None) or 0.0)
         return releases, overflow
 
+    def _gather(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        model: str | None,
+        quota_bucket: str | None,
+        max_seconds: int,
+        now: float | None,
+        legacy_rest_until: Mapping[str, float] | None,
+    ) -> _Lookup:
+        """Check the arguments, then ask Redis (one round trip, before any lock is taken)."""
+        ceiling = _bounded_max_seconds(max_seconds)
+        provider_frame = frame(_require_str(provider, "provider"))
+        keys = require_keys(keys)
+        scope = scope_message(model, quota_bucket)
+        legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
+        given_now = None if now is None else resolve_now(now)
+        shared: dict[str, tuple[float, float]] = {}
+        shared_overflow = 0.0
+        sharing = self._shared
+        if sharing is not None and keys:
+            shared, shared_overflow = self._shared_releases(
+                sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
+            )
+        return _Lookup(
+            ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow
+        )
+
     def _choose(
         self,
         provider: str,
@@ -391,18 +432,10 @@ class ModelCooldown:
         mode: Literal["available", "eligible", "select"],
     ) -> list[str]:
         """The shared body of `available`, `eligible` and `select` (which stops at one key)."""
-        ceiling = _bounded_max_seconds(max_seconds)
-        provider_frame = frame(_require_str(provider, "provider"))
-        keys = require_keys(keys)
-        scope = scope_message(model, quota_bucket)
-        legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
-        given_now = None if now is None else resolve_now(now)
-        shared_overflow = 0.0
-        sharing = self._shared
-        if sharing is not None and keys:
-            shared, shared_overflow = self._shared_releases(
-                sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
-            )
+        ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow = (
+            self._gather(provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        )
+        if shared:
             legacy = {key: max(legacy.get(key, 0.0), *shared.get(key, (0.0,))) for key in keys}
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
@@ -478,19 +511,9 @@ class ModelCooldown:
         `"scope"` or `"legacy"`; a free key during an overflow is held by `"capacity"`.
         Counts nothing and raises no cooldown error: this is for operators, not routes.
         """
-        ceiling = _bounded_max_seconds(max_seconds)
-        provider_frame = frame(_require_str(provider, "provider"))
-        keys = require_keys(keys)
-        scope = scope_message(model, quota_bucket)
-        legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
-        given_now = None if now is None else resolve_now(now)
-        shared: dict[str, tuple[float, float]] = {}
-        shared_overflow = 0.0
-        sharing = self._shared
-        if sharing is not None and keys:
-            shared, shared_overflow = self._shared_releases(
-                sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
-            )
+        ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow = (
+            self._gather(provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        )
         with self._lock:
             current_time = time.monotonic() if given_now is None else given_now
             self._advance(current_time, ceiling)

@@ -8,11 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 from ..advice import QuotaBuckets, selection_scope
-from ..config import LARGEST_MAX_SECONDS
 from ..forksafe import new_lock
 from ..headers import header_value
 from ..outcome import UpstreamOutcome
-from ..status import PoolStatus, pool_status
+from ..status import PoolStatus, keys_status
 from ..store import model_cooldown, require_keys, resolve_now
 from ._common import (
     ScopedRecording,
@@ -383,21 +382,15 @@ class CredentialPool:
         current_time = resolve_now(now)
         with cls._lock:
             rests = cls._legacy_rests(provider, candidates, current_time)
-        if current is None:
-            explained: list[tuple[str | None, float]] = [
-                (("legacy", rests[key]) if key in rests else (None, 0.0)) for key in candidates
-            ]
-            return pool_status(provider, explained, current_time, LARGEST_MAX_SECONDS)
-        explained = model_cooldown.explain(
+        return keys_status(
             provider,
             candidates,
+            rests,
+            current,
             model=model,
             quota_bucket=quota_bucket,
-            max_seconds=current.max_seconds,
             now=current_time,
-            legacy_rest_until=rests,
         )
-        return pool_status(provider, explained, current_time, current.max_seconds)
 
     @classmethod
     def reset(cls) -> None:

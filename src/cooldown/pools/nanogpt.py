@@ -11,10 +11,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple
 
-from ..config import LARGEST_MAX_SECONDS, bounded_int, environment_value
+from ..config import bounded_int, environment_value
 from ..forksafe import new_lock, new_rlock
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
-from ..status import PoolStatus, pool_status
+from ..status import PoolStatus, keys_status
 from ..store import finite_number, model_cooldown, resolve_now
 from ._common import (
     ScopedRecording,
@@ -537,21 +537,15 @@ class _ValidatedKeyPool:
         with cls._lock:
             cls._forget_stale(configured, current_time)
             rests = dict(cls.rejected_until)
-        if current is None:
-            explained: list[tuple[str | None, float]] = [
-                (("legacy", rests[key]) if key in rests else (None, 0.0)) for key in configured
-            ]
-            return pool_status(cls.namespace, explained, current_time, LARGEST_MAX_SECONDS)
-        explained = model_cooldown.explain(
+        return keys_status(
             cls.namespace,
             configured,
+            rests,
+            current,
             model=model,
             quota_bucket=quota_bucket,
-            max_seconds=current.max_seconds,
             now=current_time,
-            legacy_rest_until=rests,
         )
-        return pool_status(cls.namespace, explained, current_time, current.max_seconds)
 
     @classmethod
     def reset(cls) -> None:
