@@ -427,3 +427,55 @@ def test_new_paths_leak_no_names(
     assert "REDIS_URL is malformed" in caplog.text
     assert "SECRET" not in dump
     assert b"SECRET" not in b"".join(model_cooldown._deadlines)
+
+
+# -- placeholder values are not keys -------------------------------------------------------------
+
+PLACEHOLDERS = [
+    "your-api-key",
+    "YOUR_KEY_HERE",
+    "<paste your key>",
+    "changeme",
+    "REPLACE_ME",
+    "replaceme",
+]
+
+
+@pytest.mark.parametrize("placeholder", PLACEHOLDERS)
+def test_a_placeholder_is_not_a_credential_pool_key(
+    placeholder: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warnings: None,
+) -> None:
+    monkeypatch.setenv(BASE, placeholder)
+    monkeypatch.setenv(f"{BASE}_1", "sk-real-key")
+    with caplog.at_level(logging.WARNING, logger="cooldown"):
+        assert CredentialPool.keys("ce-gpt-plus") == ["sk-real-key"]
+        assert CredentialPool.select("ce-gpt-plus") == "sk-real-key"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{BASE} holds a placeholder, not a key; it is skipped"
+    ]  # once per variable name, never the value
+
+
+def test_placeholders_are_not_nanogpt_keys(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    env = {
+        "NANOGPT_API_KEY": "<your key>",
+        "NANOGPT_API_KEYS": '["changeme", "nano-listed"]',
+        "NANO_GPT_KEYS": "your_key,nano-comma",
+        "NANOGPT_API_KEY_1": "replace-me",
+        "NANOGPT_API_KEY_2": "nano-numbered",
+    }
+    with caplog.at_level(logging.WARNING, logger="cooldown"):
+        for _ in range(2):
+            assert configured_nanogpt_keys(env) == ["nano-listed", "nano-comma", "nano-numbered"]
+    warned = sorted(r.getMessage().split()[0] for r in caplog.records)
+    assert warned == ["NANOGPT_API_KEY", "NANOGPT_API_KEYS", "NANOGPT_API_KEY_1", "NANO_GPT_KEYS"]
+    assert "changeme" not in caplog.text and "your_key" not in caplog.text
+
+
+def test_a_real_key_that_merely_contains_a_placeholder_word_is_kept() -> None:
+    env = {"NANOGPT_API_KEY": "sk-changeme-not-really", "NANOGPT_API_KEY_1": "your"}
+    assert configured_nanogpt_keys(env) == ["sk-changeme-not-really", "your"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import subprocess
 import threading
 import time
@@ -28,7 +29,12 @@ from cooldown import (
     settings,
 )
 
-redis = pytest.importorskip("redis")
+try:
+    import redis
+except ImportError:
+    if os.environ.get("MODEL_COOLDOWN_REQUIRE_REDIS") == "1":
+        raise
+    pytest.skip("the [redis] extra is not installed", allow_module_level=True)
 
 from cooldown import shared as shared_module  # noqa: E402
 from cooldown.shared import CLOCK_SKEW_SECONDS, RedisObservations  # noqa: E402
