@@ -473,7 +473,8 @@ def test_placeholders_are_not_nanogpt_keys(
             assert configured_nanogpt_keys(env) == ["nano-listed", "nano-comma", "nano-numbered"]
     warned = sorted(r.getMessage().split()[0] for r in caplog.records)
     assert warned == ["NANOGPT_API_KEY", "NANOGPT_API_KEYS", "NANOGPT_API_KEY_1", "NANO_GPT_KEYS"]
-    assert "changeme" not in caplog.text and "your_key" not in caplog.text
+    assert "changeme" not in caplog.text
+    assert "your_key" not in caplog.text
 
 
 def test_a_real_key_that_merely_contains_a_placeholder_word_is_kept() -> None:

@@ -36,8 +36,8 @@ except ImportError:
         raise
     pytest.skip("the [redis] extra is not installed", allow_module_level=True)
 
-from cooldown import shared as shared_module  # noqa: E402
-from cooldown.shared import CLOCK_SKEW_SECONDS, RedisObservations  # noqa: E402
+from cooldown import shared as shared_module
+from cooldown.shared import CLOCK_SKEW_SECONDS, RedisObservations
 
 SECRET = "trust-secret-" + "z" * 40
 PREFIX = "trust"
