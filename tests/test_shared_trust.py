@@ -12,7 +12,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -177,22 +177,31 @@ def test_a_frozen_server_costs_one_timeout_even_if_the_url_asks_for_more(
     assert store.stats()["shared_degraded"] is True
 
 
+@pytest.fixture
+def process_shares(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Server, str], None]]:
+    """Point this process's pools at `server` through the environment, as a deployment does."""
+
+    def configure(server: Server, timeout_ms: str) -> None:
+        monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+        monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", server.url)
+        monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", SECRET)
+        monkeypatch.setenv("MODEL_COOLDOWN_REDIS_TIMEOUT_MS", timeout_ms)
+        monkeypatch.setenv(BASE, K1)
+        monkeypatch.setenv(f"{BASE}_1", K2)
+
+    yield configure
+    shared_module.share_when_configured(model_cooldown, CooldownSettings())  # detach
+
+
 def test_the_timeout_setting_applies(
-    redis_servers: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
+    redis_servers: Callable[..., Server], process_shares: Callable[[Server, str], None]
 ) -> None:
     server = redis_servers()
-    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
-    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", server.url)
-    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", SECRET)
-    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_TIMEOUT_MS", "400")
-    monkeypatch.setenv(BASE, K1)
-    try:
-        CredentialPool.record(P, K1, 429, model="m")
-        server.freeze()
-        _, took = timed(lambda: CredentialPool.select(P, model="other"))
-        assert 0.3 <= took < 1.5
-    finally:
-        shared_module.share_when_configured(model_cooldown, CooldownSettings())
+    process_shares(server, "400")
+    CredentialPool.record(P, K1, 429, model="m")
+    server.freeze()
+    _, took = timed(lambda: CredentialPool.select(P, model="other"))
+    assert 0.3 <= took < 1.5
 
 
 def test_an_option_the_client_cannot_use_turns_sharing_off_not_cooldowns(
@@ -217,15 +226,10 @@ def test_an_option_the_client_cannot_use_turns_sharing_off_not_cooldowns(
 
 
 def test_a_frozen_redis_never_stalls_unscoped_calls_or_other_pools(
-    redis_servers: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
+    redis_servers: Callable[..., Server], process_shares: Callable[[Server, str], None]
 ) -> None:
     server = redis_servers()
-    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
-    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", server.url)
-    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", SECRET)
-    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_TIMEOUT_MS", "3000")
-    monkeypatch.setenv(BASE, K1)
-    monkeypatch.setenv(f"{BASE}_1", K2)
+    process_shares(server, "3000")
     try:
         CredentialPool.select(P, model="m")  # connected
         server.freeze()
@@ -245,7 +249,6 @@ def test_a_frozen_redis_never_stalls_unscoped_calls_or_other_pools(
         blocked.join(10)
     finally:
         server.thaw()
-        shared_module.share_when_configured(model_cooldown, CooldownSettings())
 
 
 # -- 3, 4. Cluster, Sentinel, unix sockets ------------------------------------------------------

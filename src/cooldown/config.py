@@ -46,15 +46,8 @@ FORWARDED_ENV: tuple[str, ...] = (
 )
 """The settings a container environment allowlist must forward for the feature to work."""
 
-_PARSED_ENV = (
-    ENABLED_ENV,
-    MAX_SECONDS_ENV,
-    REDIS_URL_ENV,
-    REDIS_SECRET_ENV,
-    REDIS_PREFIX_ENV,
-    REDIS_TIMEOUT_ENV,
-    LEARN_ENV,
-)
+_PARSED_ENV = tuple(name for name in FORWARDED_ENV if name != STATUS_TOKEN_ENV)
+"""What `settings()` parses; the status token is read by the status blueprint when asked."""
 
 LearnMode: TypeAlias = Literal["off", "shadow", "apply"]
 LEARN_MODES: tuple[LearnMode, ...] = ("off", "shadow", "apply")
