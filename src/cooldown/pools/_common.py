@@ -47,11 +47,8 @@ _PLACEHOLDER = re.compile(r"your[-_].*|<.*>|changeme|replace[-_]?me", re.IGNOREC
 
 def key_value(environ: Mapping[str, object], name: str) -> str:
     """The key configured in `name`, or `""` when unset or a placeholder copied from a template."""
-    value = (environment_value(environ, name) or "").strip()
-    if _PLACEHOLDER.fullmatch(value):
-        warn_once(name, "%s holds a placeholder, not a key; it is skipped")
-        return ""
-    return value
+    kept = without_placeholders([(environment_value(environ, name) or "").strip()], name)
+    return kept[0] if kept else ""
 
 
 def without_placeholders(values: list[str], name: str) -> list[str]:
