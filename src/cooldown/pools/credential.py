@@ -310,12 +310,12 @@ class CredentialPool:
         Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched. With
         an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
         """
-        if check_affinity(affinity) is not None and scoped_max_seconds(model, quota_bucket):
+        max_seconds = scoped_max_seconds(model, quota_bucket)
+        if check_affinity(affinity) is not None and max_seconds is not None:
             free = cls.eligible(
                 provider, now=now, model=model, quota_bucket=quota_bucket, affinity=affinity
             )
             return free[0] if free else None
-        max_seconds = scoped_max_seconds(model, quota_bucket)
         candidates = cls.keys(provider)
         current_time = resolve_now(now)
         with cls._lock:
