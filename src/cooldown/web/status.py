@@ -21,6 +21,7 @@ MIN_TOKEN_LENGTH = 32
 METRICS_MISSING = (
     "Prometheus metrics need the prometheus_client package: pip install 'model-cooldown[metrics]'\n"
 )
+GAUGES = ("live_observations", "capacity", "overflow_active", "shared", "shared_degraded")
 _PAGE = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
 
@@ -78,15 +79,10 @@ def _metrics() -> Response:
 
     class Collector:
         def collect(self) -> Any:
-            for name in ("live_observations", "capacity", "overflow_active", "shared"):
+            for name in GAUGES:
                 yield GaugeMetricFamily(
                     f"model_cooldown_{name}", name.replace("_", " "), value=float(summary[name])
                 )
-            yield GaugeMetricFamily(
-                "model_cooldown_shared_degraded",
-                "1 while Redis is unreachable and cooldowns are process-local",
-                value=float(summary["shared_degraded"]),
-            )
             for name, value in summary.items():
                 if name.endswith("_total"):
                     yield CounterMetricFamily(
