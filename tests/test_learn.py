@@ -147,3 +147,14 @@ def test_learner_invariants(events: list[tuple[str, float]], ceiling: int, fallb
             lower, upper = bounds
             assert lower >= 0
             assert upper is None or lower <= upper
+
+
+def test_nanogpt_pools_learn_too(enabled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cooldown import NanoGPTKeyPool
+
+    monkeypatch.setenv("MODEL_COOLDOWN_LEARN", "apply")
+    for at in (0, 60, 120):  # throttled again at 60 and 120: the window is longer than 120 s
+        NanoGPTKeyPool.record_result("nano-learn", 429, model="gpt-4o", now=at)
+    with pytest.raises(ModelCooldownExhausted):  # a fixed 60 s would release it at 180
+        NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=180)
+    assert NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=240)

@@ -21,11 +21,11 @@ __all__ = [
     "check_affinity",
     "check_evidence",
     "key_value",
-    "learned_fallback",
     "numbered_suffix",
     "scoped_max_seconds",
     "scoped_settings",
     "status_code",
+    "store_evidence",
     "unique_stripped",
     "without_placeholders",
 ]
@@ -105,23 +105,59 @@ def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:
     return None if current is None else current.max_seconds
 
 
-def learned_fallback(
+def store_evidence(
     namespace: str,
     key: str,
-    outcome: UpstreamOutcome,
+    evidence: ScopedRecording,
     *,
     model: str | None,
     quota_bucket: str | None,
+    retry_after_seconds: float | None,
+    fallback_seconds: float,
+    current: CooldownSettings,
+    now: float,
+) -> float | None:
+    """Record one scoped observation in the store; hold no pool lock (it may reach Redis).
+
+    When the provider gave no usable advice, the fallback is the learned window (with
+    `MODEL_COOLDOWN_LEARN=apply`) instead of the pool's fixed one.
+    """
+    return model_cooldown.record(
+        namespace,
+        key,
+        evidence.outcome,
+        model=model,
+        quota_bucket=quota_bucket,
+        credential_wide_auth=evidence.credential_wide_auth,
+        retry_after_seconds=retry_after_seconds,
+        fallback_seconds=_learned_fallback(
+            namespace,
+            key,
+            evidence.outcome,
+            scope_message(model, quota_bucket),
+            advice=retry_after_seconds,
+            fallback=fallback_seconds,
+            current=current,
+            now=now,
+        ),
+        max_seconds=current.max_seconds,
+        now=now,
+    )
+
+
+def _learned_fallback(
+    namespace: str,
+    key: str,
+    outcome: UpstreamOutcome,
+    scope: bytes | None,
+    *,
     advice: object,
     fallback: float,
     current: CooldownSettings,
     now: float,
 ) -> float:
     """The delay to record when the provider gave none: learned, when learning applies."""
-    if current.learn == "off":
-        return fallback
-    scope = scope_message(model, quota_bucket)
-    if scope is None:
+    if current.learn == "off" or scope is None:
         return fallback
     health = outcome.credential_health
     if health == "throttled" and usable_advice(advice):

@@ -19,11 +19,11 @@ from ._common import (
     check_affinity,
     check_evidence,
     key_value,
-    learned_fallback,
     numbered_suffix,
     scoped_max_seconds,
     scoped_settings,
     status_code,
+    store_evidence,
     unique_stripped,
 )
 from .rotation import rotate
@@ -138,27 +138,17 @@ class CredentialPool:
             cls._record_legacy(provider, key, status, current_time)
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
-        fallback = learned_fallback(
+        deadline = store_evidence(  # no pool lock: the store may reach Redis
             provider,
             key,
-            evidence.outcome,
+            evidence,
             model=model,
             quota_bucket=quota_bucket,
-            advice=retry_after_seconds,
-            fallback=evidence.fallback(rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS),
-            current=current,
-            now=current_time,
-        )
-        deadline = model_cooldown.record(  # no pool lock: the store may reach Redis
-            provider,
-            key,
-            evidence.outcome,
-            model=model,
-            quota_bucket=quota_bucket,
-            credential_wide_auth=evidence.credential_wide_auth,
             retry_after_seconds=retry_after_seconds,
-            fallback_seconds=fallback,
-            max_seconds=current.max_seconds,
+            fallback_seconds=evidence.fallback(
+                rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
+            ),
+            current=current,
             now=current_time,
         )
         if evidence.rejected_wide and deadline is not None:

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple
 
-from ..config import bounded_int, environment_value
+from ..config import CooldownSettings, bounded_int, environment_value
 from ..forksafe import new_lock, new_rlock
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 from ..status import PoolStatus, keys_status
@@ -20,11 +20,11 @@ from ._common import (
     ScopedRecording,
     check_evidence,
     key_value,
-    learned_fallback,
     numbered_suffix,
     scoped_max_seconds,
     scoped_settings,
     status_code,
+    store_evidence,
     unique_stripped,
     without_placeholders,
 )
@@ -198,20 +198,19 @@ class _ValidatedKeyPool:
         quota_bucket: str | None,
         retry_after_seconds: float | None,
         fallback_seconds: float,
-        max_seconds: int,
+        current: CooldownSettings,
         now: float,
     ) -> None:
         """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth."""
-        deadline = model_cooldown.record(
+        deadline = store_evidence(
             cls.namespace,
             key,
-            evidence.outcome,
+            evidence,
             model=model,
             quota_bucket=quota_bucket,
-            credential_wide_auth=evidence.credential_wide_auth,
             retry_after_seconds=retry_after_seconds,
             fallback_seconds=fallback_seconds,
-            max_seconds=max_seconds,
+            current=current,
             now=now,
         )
         if evidence.rejected_wide and deadline is not None:
@@ -281,7 +280,7 @@ class _ValidatedKeyPool:
         each probing the upstream; callers that never probe (`record_result`, `invalidate`,
         `select_available_key`) are never blocked by a probe.
         """
-        max_seconds = scoped_max_seconds(model, quota_bucket)
+        current = scoped_settings(model, quota_bucket)
         configured = unique_stripped(keys)
         if not configured:
             return None
@@ -292,8 +291,10 @@ class _ValidatedKeyPool:
         with cls._lock:
             cls._forget_stale(configured, current_time)
         candidates = configured
-        if max_seconds is not None:  # cooling keys are never probed
-            candidates = cls._eligible(configured, model, quota_bucket, max_seconds, current_time)
+        if current is not None:  # cooling keys are never probed
+            candidates = cls._eligible(
+                configured, model, quota_bucket, current.max_seconds, current_time
+            )
         with cls._lock:
             reusable = cls._reusable(configured, candidates, policy, current_time)
         if reusable is not None:
@@ -312,7 +313,7 @@ class _ValidatedKeyPool:
                 previous,
                 model,
                 quota_bucket,
-                max_seconds,
+                current,
                 current_time,
             )
 
@@ -326,7 +327,7 @@ class _ValidatedKeyPool:
         previous: str | None,
         model: str | None,
         quota_bucket: str | None,
-        max_seconds: int | None,
+        current: CooldownSettings | None,
         now: float,
     ) -> str:
         """Probe candidates in order, active key first; no state lock is held while probing."""
@@ -342,13 +343,13 @@ class _ValidatedKeyPool:
             status = _probe_status(probe, key)
             if status is not None and 200 <= status < 300:
                 with cls._lock:
-                    if max_seconds is None:
+                    if current is None:
                         cls.rejected_until.pop(key, None)
                     return cls._activate(key, policy.ttl, now)
-            if max_seconds is None and status in REJECTION_STATUSES:
+            if current is None and status in REJECTION_STATUSES:
                 with cls._lock:
                     cls._reject(key, status, policy.ttl, policy.throttle_seconds, now)
-            elif max_seconds is not None and status == 401:
+            elif current is not None and status == 401:
                 # A probe carries no model evidence: only genuine auth cools the key.
                 cls._record_scoped(
                     key,
@@ -357,7 +358,7 @@ class _ValidatedKeyPool:
                     quota_bucket=None,
                     retry_after_seconds=None,
                     fallback_seconds=policy.ttl,
-                    max_seconds=max_seconds,
+                    current=current,
                     now=now,
                 )
             elif key == previous:
@@ -366,8 +367,8 @@ class _ValidatedKeyPool:
             if previous is not None and previous_ambiguous and previous not in cls.rejected_until:
                 return cls._activate(previous, min(policy.ttl, AMBIGUOUS_KEEP_SECONDS), now)
             cls._clear_active()
-        if max_seconds is not None:  # every key cooling now is a 429, not a pool failure
-            cls._eligible(configured, model, quota_bucket, max_seconds, now)
+        if current is not None:  # every key cooling now is a 429, not a pool failure
+            cls._eligible(configured, model, quota_bucket, current.max_seconds, now)
         if probed:
             raise NanoGPTKeyPoolExhausted("No configured NanoGPT API key passed validation")
         raise NanoGPTKeyPoolExhausted("All configured NanoGPT keys are cooling down")
@@ -498,18 +499,8 @@ class _ValidatedKeyPool:
                 model=model,
                 quota_bucket=quota_bucket,
                 retry_after_seconds=retry_after_seconds,
-                fallback_seconds=learned_fallback(
-                    cls.namespace,
-                    key,
-                    evidence.outcome,
-                    model=model,
-                    quota_bucket=quota_bucket,
-                    advice=retry_after_seconds,
-                    fallback=evidence.fallback(rejected=ttl, otherwise=throttle_seconds),
-                    current=current,
-                    now=current_time,
-                ),
-                max_seconds=current.max_seconds,
+                fallback_seconds=evidence.fallback(rejected=ttl, otherwise=throttle_seconds),
+                current=current,
                 now=current_time,
             )
         with cls._lock:
