@@ -8,7 +8,7 @@ import time
 from array import array
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
-from typing import Literal, NamedTuple, NoReturn, Protocol
+from typing import Literal, NamedTuple, NoReturn, Protocol, TypeGuard
 
 from .config import LARGEST_MAX_SECONDS
 from .digests import PreparedHmac, credential_message, frame, scope_message
@@ -121,7 +121,7 @@ def _bounded_max_seconds(max_seconds: int) -> int:
     return min(LARGEST_MAX_SECONDS, max(1, max_seconds))
 
 
-def usable_advice(advice: object) -> bool:
+def usable_advice(advice: object) -> TypeGuard[int | float]:
     """Trusted advice is a finite, non-negative int or float (not a bool)."""
     if isinstance(advice, float):
         return math.isfinite(advice) and advice >= 0
@@ -130,10 +130,8 @@ def usable_advice(advice: object) -> bool:
 
 def _delay(advice: object, fallback: float, max_seconds: int) -> float:
     """Trusted advice when it is usable; the caller's fallback otherwise."""
-    chosen = fallback
-    if usable_advice(advice):
-        # An int may be too large for a float: cap it first.
-        chosen = min(advice, max_seconds) if isinstance(advice, int) else float(advice)  # type: ignore[arg-type]
+    # Capped before any float(): an int may be too large for a float.
+    chosen = min(advice, max_seconds) if usable_advice(advice) else fallback
     return min(float(max_seconds), max(1.0, chosen))
 
 
@@ -387,8 +385,9 @@ class ModelCooldown:
         per_key = 2 if scope_digest else 1
         releases = {}
         for index, key in enumerate(keys):
-            wide, *scoped = deadlines[index * per_key : (index + 1) * per_key]
-            releases[key] = (wide or 0.0, (scoped[0] if scoped else None) or 0.0)
+            wide = deadlines[index * per_key]
+            scoped = deadlines[index * per_key + 1] if scope_digest else None
+            releases[key] = (wide or 0.0, scoped or 0.0)
         return releases, overflow
 
     def _gather(
@@ -435,8 +434,8 @@ class ModelCooldown:
         ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow = (
             self._gather(provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
         )
-        if shared:
-            legacy = {key: max(legacy.get(key, 0.0), *shared.get(key, (0.0,))) for key in keys}
+        if shared:  # Redis answered for every key
+            legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._advance(current_time, ceiling)
@@ -525,19 +524,17 @@ class ModelCooldown:
                     credential_message(provider_frame, _require_str(key, "each key"))
                 )
                 shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
-                held = [
+                scope_release = 0.0
+                if scope_digest is not None:
+                    scope_release = self._deadlines.get(credential + scope_digest, 0.0)
+                held = (
                     ("credential", max(self._deadlines.get(credential, 0.0), shared_wide)),
-                    (
-                        "scope",
-                        0.0
-                        if scope_digest is None
-                        else max(self._deadlines.get(credential + scope_digest, 0.0), shared_scope),
-                    ),
+                    ("scope", max(scope_release, shared_scope)),
                     ("legacy", finite_number(legacy.get(key, 0.0), "legacy_rest_until value")),
-                ]
+                )
                 reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
                 if release > current_time:
-                    explained.append((reason, min(release, current_time + ceiling)))
+                    explained.append((reason, release))  # retry advice caps it at the maximum
                 elif overflow > current_time:
                     explained.append(("capacity", overflow))
                 else:
