@@ -99,6 +99,11 @@ def warn_once(name: str, message: str) -> None:
     logger.warning(message, name)
 
 
+def warn_sharing_off(name: str) -> None:
+    """A Redis setting cannot be used: say so once; cooldowns go on, process-local."""
+    warn_once(name, "%s is malformed; cooldowns stay on, but are not shared")
+
+
 def warn_malformed(name: str) -> None:
     """Log once per setting name per process, naming the setting and never its value."""
     warn_once(name, "%s is malformed; model cooldown is disabled")
@@ -230,7 +235,7 @@ def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
             ),
         }
     except _Malformed as error:
-        warn_once(error.name, "%s is malformed; cooldowns stay on, but are not shared")
+        warn_sharing_off(error.name)
         return {}
 
 

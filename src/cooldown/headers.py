@@ -37,10 +37,4 @@ def lowered_headers(headers: Headers | None) -> dict[str, object]:
 
 def header_value(headers: Headers, name: str) -> object:
     """The first value of the header `name`, matched case-insensitively, or `None`."""
-    wanted = name.lower()
-    for item in _items(headers):
-        if isinstance(item, tuple) and len(item) == 2:
-            found, value = item
-            if isinstance(found, str) and found.lower() == wanted:
-                return value
-    return None
+    return lowered_headers(headers).get(name.lower())

@@ -47,11 +47,12 @@ def _plain_seconds(value: object) -> float | None:
 
 def go_duration_seconds(value: object) -> float | None:
     """`1s`, `6m0s`, `20ms`, `1h2m3.5s`, `2m59.56s` or plain seconds, as float seconds."""
+    plain = _plain_seconds(value)
+    if plain is not None:
+        return plain
     text = _text(value)
     if not text:
         return None
-    if _NUMBER.fullmatch(text):
-        return _finite(float(text))
     total, position = 0.0, 0
     for part in _GO_PART.finditer(text):
         if part.start() != position:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .config import REDIS_URL_ENV, CooldownSettings, warn_once
+from .config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
 from .forksafe import new_lock
 from .redisurl import RedisEndpoint, parse_redis_url
 from .store import ModelCooldown
@@ -325,6 +325,6 @@ def _attach(store: ModelCooldown, wanted: _Wanted | None) -> None:
     try:
         backend = RedisObservations(url, prefix=prefix, socket_timeout=timeout_ms / 1000)
     except ValueError:  # settings validated it; this only guards a direct caller's URL
-        warn_once(REDIS_URL_ENV, "%s is malformed; cooldowns stay on, but are not shared")
+        warn_sharing_off(REDIS_URL_ENV)
         return
     store.attach_shared(backend, secret=secret.encode())
