@@ -8,7 +8,7 @@ import time
 from array import array
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
-from typing import Literal, NamedTuple, NoReturn, Protocol, TypeGuard
+from typing import Literal, NamedTuple, NoReturn, Protocol, TypeAlias, TypeGuard
 
 from .config import LARGEST_MAX_SECONDS
 from .digests import PreparedHmac, credential_message, frame, scope_message
@@ -55,17 +55,18 @@ class SharedObservations(Protocol):
     def stats(self) -> dict[str, int | bool]: ...
 
 
-class _Lookup(NamedTuple):
-    """One selection-style call's checked arguments, and what Redis said (no lock held)."""
-
-    ceiling: int
-    provider_frame: bytes
-    keys: Sequence[str]
-    scope: bytes | None
-    legacy: Mapping[str, float]
-    given_now: float | None
-    shared: dict[str, tuple[float, float]]  # key -> (credential-wide, scope) deadlines
-    shared_overflow: float
+_Lookup: TypeAlias = tuple[
+    int,  # ceiling: the call's maximum, bounded
+    bytes,  # the provider's frame
+    Sequence[str],  # keys
+    bytes | None,  # scope message
+    Mapping[str, float],  # legacy rests
+    float | None,  # the caller's `now`, checked
+    dict[str, tuple[float, float]],  # Redis: key -> (credential-wide, scope) deadlines
+    float,  # Redis: the overflow deadline
+]
+"""One selection-style call's checked arguments and Redis's answer; a plain tuple, cheap on
+the hot path."""
 
 
 class _Sharing(NamedTuple):
@@ -414,9 +415,7 @@ class ModelCooldown:
             shared, shared_overflow = self._shared_releases(
                 sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
             )
-        return _Lookup(
-            ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow
-        )
+        return ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow
 
     def _choose(
         self,
