@@ -10,12 +10,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from flask import Flask
+from werkzeug.serving import make_server
 
 from cooldown import (
     FORWARDED_ENV,
@@ -65,6 +68,23 @@ def enabled(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def store() -> ModelCooldown:
     return ModelCooldown()
+
+
+@pytest.fixture
+def serve_in_thread() -> Iterator[Callable[[Flask], str]]:
+    """Serve a Flask app over loopback in this process; return its base URL."""
+    servers = []
+
+    def start(app: Flask) -> str:
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture

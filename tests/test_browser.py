@@ -5,13 +5,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from flask import Flask, Response, request
-from werkzeug.serving import make_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -30,22 +28,6 @@ fetch("%(target)s", {
     "status=" + r.status + " retry-after=" + r.headers.get("Retry-After");
 }).catch(e => { document.getElementById("out").textContent = "failed: " + e; });
 </script></body></html>"""
-
-
-@pytest.fixture
-def serve_in_thread() -> Iterator[Callable[[Flask], str]]:
-    servers = []
-
-    def start(app: Flask) -> str:
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 def page_app(target: list[str]) -> Flask:

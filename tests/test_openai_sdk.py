@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import openai
 import pytest
 from flask import Flask
-from werkzeug.serving import make_server
 
 from cooldown import CooldownError, ModelCooldownCapacity, ModelCooldownExhausted, init_app
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[Flask], str]]:
-    servers = []
-
-    def start(app: Flask) -> str:
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}/v1"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+def serve(serve_in_thread: Callable[[Flask], str]) -> Callable[[Flask], str]:
+    """The app's OpenAI-style base URL over loopback."""
+    return lambda app: serve_in_thread(app) + "/v1"
 
 
 def gateway(error: CooldownError, **init: str) -> Flask:
