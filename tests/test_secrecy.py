@@ -105,4 +105,4 @@ def test_store_state_holds_only_digests_and_numbers() -> None:
         store.record("p", "sk-SECRET", throttled, model=model, now=0)
     assert all(len(entry) == 64 for entry in store._deadlines)
     assert all(isinstance(deadline, float) for deadline in store._deadlines.values())
-    assert all(isinstance(deadline, float) for deadline in store._expiry)
+    assert all(isinstance(deadline, float) for deadline in store._schedule._expiry)

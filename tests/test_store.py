@@ -382,7 +382,7 @@ def test_churn_keeps_the_schedule_bounded(store: ModelCooldown) -> None:
         store.record(P, KEY, THROTTLED, model="a", retry_after_seconds=1 + step, now=step)
         store.record(P, KEY, ACCEPTED, model="a", now=step)
     assert store.entry_count == 0
-    assert store._scheduled <= 2 * store.entry_count + 64
+    assert store._schedule.scheduled <= 2 * store.entry_count + 64
 
 
 def test_stats_are_counts_only(store: ModelCooldown) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal, TypedDict
 
+from .arguments import retry_after
 from .config import LARGEST_MAX_SECONDS, CooldownSettings
-from .store import model_cooldown, retry_after
+from .store import model_cooldown
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 

@@ -8,12 +8,13 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from ..arguments import usable_advice
 from ..config import CooldownSettings, bounded_int, environment_value, settings, warn_once
 from ..digests import frame, scope_message
 from ..learn import window_learner
 from ..outcome import UpstreamOutcome, classify_status
 from ..shared import share_when_configured
-from ..store import model_cooldown, usable_advice
+from ..store import model_cooldown
 
 __all__ = [
     "ScopedRecording",

@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 from ..advice import QuotaBuckets, selection_scope
+from ..arguments import require_keys, resolve_now
 from ..forksafe import new_lock
 from ..headers import header_value
 from ..outcome import UpstreamOutcome
 from ..status import PoolStatus, keys_status
-from ..store import model_cooldown, require_keys, resolve_now
+from ..store import model_cooldown
 from ._common import (
     ScopedRecording,
     by_affinity,
     check_affinity,
     check_evidence,
-    key_value,
-    numbered_suffix,
     scoped_max_seconds,
     scoped_settings,
     status_code,
     store_evidence,
-    unique_stripped,
 )
+from .discovery import discover, numbered_keys
 from .rotation import rotate
 
 __all__ = ["CredentialPool"]
@@ -36,18 +34,6 @@ AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
 ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
 LEGACY_MAP_FLOOR = 1024
-
-
-def _numbered_values(environ: Mapping[str, object], base: str) -> list[str]:
-    """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
-    # Names first, values only for matches: reading every value would decode the whole env.
-    marker = base + "_"
-    numbered = sorted(
-        (number, name)
-        for name in environ
-        if name.startswith(marker) and (number := numbered_suffix(name, marker)) is not None
-    )
-    return [key_value(environ, name) for name in (base, *(name for _, name in numbered))]
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -107,7 +93,7 @@ class CredentialPool:
         base = cls._providers.get(provider)
         if base is None:
             return []
-        return unique_stripped(_numbered_values(os.environ if environ is None else environ, base))
+        return discover(base, numbered_keys(base), environ)
 
     # -- recording ----------------------------------------------------------------------------
 

@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
-import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
 
-from ..config import CooldownSettings, bounded_int, environment_value
+from ..arguments import finite_number, resolve_now
+from ..config import CooldownSettings
 from ..forksafe import new_lock, new_rlock
 from ..outcome import UpstreamOutcome, classify_upstream_outcome
 from ..status import PoolStatus, keys_status
-from ..store import finite_number, model_cooldown, resolve_now
+from ..store import model_cooldown
 from ._common import (
     ScopedRecording,
     check_evidence,
-    key_value,
-    numbered_suffix,
     scoped_max_seconds,
     scoped_settings,
     status_code,
     store_evidence,
     unique_stripped,
-    without_placeholders,
 )
+from .discovery import configured_nanogpt_keys
 
 __all__ = [
     "NanoGPTKeyPool",
@@ -43,10 +38,6 @@ REJECTION_STATUSES = frozenset({401, 402, 403, 429})
 AUTH_STATUSES = frozenset({401, 402, 403})
 AMBIGUOUS_KEEP_SECONDS = 30.0
 _PROBE_ERRORS = (OSError, RuntimeError, TypeError, ValueError)
-_DIRECT_ENV = ("NANOGPT_API_KEY", "NANO_GPT_KEY")
-_LIST_ENV = ("NANOGPT_API_KEYS", "NANO_GPT_KEYS")
-_NUMBERED_PREFIXES = ("NANOGPT_API_KEY_", "NANO_GPT_KEY_")
-_PREFERRED_INDEX_ENV = "NANOGPT_PREFERRED_KEY_INDEX"
 
 
 class NanoGPTKeyPoolExhausted(RuntimeError):
@@ -55,40 +46,6 @@ class NanoGPTKeyPoolExhausted(RuntimeError):
 
 def is_nanogpt_credential_rejection(status: object) -> bool:
     return isinstance(status, int) and not isinstance(status, bool) and status in REJECTION_STATUSES
-
-
-def _list_values(raw: str) -> list[str]:
-    """A JSON array of strings, or comma/newline separated values."""
-    text = raw.strip()
-    if text.startswith("["):
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list):
-            return [item for item in parsed if isinstance(item, str)]
-    return re.split(r"[,\n]", text)
-
-
-def configured_nanogpt_keys(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Discover NanoGPT keys: direct, then lists, then numbered; preferred index first."""
-    env = os.environ if environ is None else environ
-
-    indexed: list[tuple[int | None, str]] = [(0, key_value(env, name)) for name in _DIRECT_ENV]
-    for name in _LIST_ENV:
-        listed = _list_values(environment_value(env, name) or "")
-        indexed.extend((None, value) for value in without_placeholders(listed, name))
-    numbered = sorted(  # by number, the first prefix first on ties
-        (number, rank, name)
-        for rank, prefix in enumerate(_NUMBERED_PREFIXES)
-        for name in env
-        if name.startswith(prefix) and (number := numbered_suffix(name, prefix)) is not None
-    )
-    indexed.extend((number, key_value(env, name)) for number, _, name in numbered)
-    preferred = bounded_int(environment_value(env, _PREFERRED_INDEX_ENV) or "", 0, sys.maxsize)
-    if preferred is not None:
-        indexed.sort(key=lambda item: item[0] != preferred)  # stable: order kept otherwise
-    return unique_stripped([value for _, value in indexed])
 
 
 def _seconds(value: float, name: str) -> float:

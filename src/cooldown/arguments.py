@@ -1,0 +1,87 @@
+"""Callers' times, keys and delays, checked where they enter the store."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import TypeGuard
+
+from .config import LARGEST_MAX_SECONDS
+
+__all__ = [
+    "LARGEST_NOW",
+    "bounded_max_seconds",
+    "delay",
+    "finite_number",
+    "require_keys",
+    "require_str",
+    "resolve_now",
+    "retry_after",
+    "usable_advice",
+]
+
+LARGEST_NOW = 1e12
+"""Monotonic seconds (about 31,700 years): a larger `now` is a caller's mistake, not a time."""
+
+
+def require_str(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str")
+    return value
+
+
+def require_keys(keys: object) -> Sequence[str]:
+    """A list or tuple of keys (any sequence); an iterator or a lone string is a mistake."""
+    if type(keys) is list or type(keys) is tuple:
+        return keys
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TypeError("keys must be a sequence of strings, such as a list")
+    return keys
+
+
+def finite_number(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be an int or float")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite")
+    return number
+
+
+def resolve_now(now: float | None) -> float:
+    """The caller's monotonic `now`, validated, or the clock when it is `None`."""
+    if now is None:
+        return time.monotonic()
+    current = finite_number(now, "now")
+    if not -LARGEST_NOW <= current <= LARGEST_NOW:
+        raise ValueError("now must be monotonic seconds (time.monotonic()), not a huge number")
+    return current
+
+
+def bounded_max_seconds(max_seconds: int) -> int:
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, int):
+        raise TypeError("max_seconds must be an int")
+    return min(LARGEST_MAX_SECONDS, max(1, max_seconds))
+
+
+def usable_advice(advice: object) -> TypeGuard[int | float]:
+    """Trusted advice is a finite, non-negative int or float (not a bool)."""
+    if isinstance(advice, float):
+        return math.isfinite(advice) and advice >= 0
+    return isinstance(advice, int) and not isinstance(advice, bool) and advice >= 0
+
+
+def delay(advice: object, fallback: float, max_seconds: int) -> float:
+    """Trusted advice when it is usable; the caller's fallback otherwise."""
+    # Capped before any float(): an int may be too large for a float.
+    chosen = min(advice, max_seconds) if usable_advice(advice) else fallback
+    return min(float(max_seconds), max(1.0, chosen))
+
+
+def retry_after(release: float, now: float, max_seconds: int) -> int:
+    """Whole seconds until `release`, never below 1 and never above the configured maximum."""
+    return min(max_seconds, max(1, math.ceil(release - now)))

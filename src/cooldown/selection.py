@@ -1,0 +1,125 @@
+"""Which keys a selection may use, read from the deadline table under the store's lock."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+from .arguments import bounded_max_seconds, finite_number, require_keys, require_str, resolve_now
+from .backend import Sharing, shared_releases
+from .digests import PreparedHmac, credential_message, frame, scope_message
+
+__all__ = ["Lookup", "Reason", "explain_keys", "gather", "scan"]
+
+_NO_LEGACY_RESTS: Mapping[str, float] = {}
+
+Lookup: TypeAlias = tuple[
+    int,  # ceiling: the call's maximum, bounded
+    bytes,  # the provider's frame
+    Sequence[str],  # keys
+    bytes | None,  # scope message
+    Mapping[str, float],  # legacy rests
+    float | None,  # the caller's `now`, checked
+    dict[str, tuple[float, float]],  # shared: key -> (credential-wide, scope) deadlines
+    float,  # shared: the overflow deadline
+]
+"""One selection-style call's checked arguments and the shared answer; a plain tuple, cheap
+on the hot path."""
+
+Reason: TypeAlias = str | None
+
+
+def gather(
+    sharing: Sharing | None,
+    provider: str,
+    keys: Sequence[str],
+    model: str | None,
+    quota_bucket: str | None,
+    max_seconds: int,
+    now: float | None,
+    legacy_rest_until: Mapping[str, float] | None,
+) -> Lookup:
+    """Check the arguments, then ask the shared backend (before any lock is taken)."""
+    ceiling = bounded_max_seconds(max_seconds)
+    provider_frame = frame(require_str(provider, "provider"))
+    keys = require_keys(keys)
+    scope = scope_message(model, quota_bucket)
+    legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
+    given_now = None if now is None else resolve_now(now)
+    shared: dict[str, tuple[float, float]] = {}
+    shared_overflow = 0.0
+    if sharing is not None and keys:
+        shared, shared_overflow = shared_releases(
+            sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
+        )
+    return ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow
+
+
+def scan(
+    deadlines: Mapping[bytes, float],
+    digest: PreparedHmac,
+    provider_frame: bytes,
+    keys: Sequence[str],
+    scope: bytes | None,
+    legacy: Mapping[str, float],
+    now: float,
+    *,
+    first_only: bool,
+) -> tuple[list[str], float]:
+    """The keys free at `now` and the earliest release among the others."""
+    # With an empty table (a healthy gateway) no digest can match: skip computing them.
+    scope_digest = digest(scope) if deadlines and scope is not None else None
+    free: list[str] = []
+    earliest = math.inf
+    for key in keys:
+        if not isinstance(key, str):
+            raise TypeError("each key must be a str")
+        # A key returns only when its auth, scope and legacy rests have all expired.
+        release = 0.0
+        if deadlines:
+            credential = digest(credential_message(provider_frame, key))
+            release = deadlines.get(credential, 0.0)
+            if scope_digest is not None:
+                release = max(release, deadlines.get(credential + scope_digest, 0.0))
+        if key in legacy:
+            release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
+        if release <= now:
+            free.append(key)
+            if first_only:
+                break
+        elif release < earliest:
+            earliest = release
+    return free, earliest
+
+
+def explain_keys(
+    deadlines: Mapping[bytes, float],
+    digest: PreparedHmac,
+    lookup: Lookup,
+    now: float,
+    overflow: float,
+) -> list[tuple[Reason, float]]:
+    """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free."""
+    _, provider_frame, keys, scope, legacy, _, shared, _ = lookup
+    scope_digest = None if scope is None else digest(scope)
+    explained: list[tuple[Reason, float]] = []
+    for key in keys:
+        credential = digest(credential_message(provider_frame, require_str(key, "each key")))
+        shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
+        scope_release = 0.0
+        if scope_digest is not None:
+            scope_release = deadlines.get(credential + scope_digest, 0.0)
+        held = (
+            ("credential", max(deadlines.get(credential, 0.0), shared_wide)),
+            ("scope", max(scope_release, shared_scope)),
+            ("legacy", finite_number(legacy.get(key, 0.0), "legacy_rest_until value")),
+        )
+        reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
+        if release > now:
+            explained.append((reason, release))  # retry advice caps it at the maximum
+        elif overflow > now:
+            explained.append(("capacity", overflow))
+        else:
+            explained.append((None, 0.0))
+    return explained
