@@ -205,6 +205,7 @@ def locks_held_by_another_thread() -> Iterator[None]:
     locks = [
         model_cooldown._lock,
         CredentialPool._lock,
+        CredentialPool._legacy._lock,
         NanoGPTKeyPool._lock,
         NanoGPTKeyPool._validation,
         config._warned_lock,
@@ -241,7 +242,7 @@ def test_legacy_map_is_bounded_by_its_live_rests() -> None:
     largest = 0
     for index in range(200_000):  # one new key a second, each resting 300 s
         CredentialPool.record("ce-gpt-plus", f"sk-{index}", 401, now=float(index))
-        largest = max(largest, len(CredentialPool._rest_until))
+        largest = max(largest, len(CredentialPool._legacy))
     assert largest <= 1024
     assert CredentialPool.available("ce-gpt-plus", ["sk-199999"], now=199_999.0) == []
 
@@ -251,7 +252,7 @@ def test_live_legacy_rests_are_never_dropped() -> None:
         CredentialPool.record("ce-gpt-plus", f"sk-{index}", 429, now=0.0)
     keys = [f"sk-{index}" for index in range(5000)]
     assert CredentialPool.available("ce-gpt-plus", keys, now=1.0) == []
-    assert len(CredentialPool._rest_until) <= max(1024, 2 * 5000)
+    assert len(CredentialPool._legacy) <= max(1024, 2 * 5000)
 
 
 # -- 6. junk model names cannot take the gateway down --------------------------------------------
@@ -277,7 +278,7 @@ def test_junk_scopes_through_one_provider_leave_the_others_selectable(
     assert CredentialPool.select("ce-gpt-pro", model="gpt-4o", now=2.0) == "sk-pro"
     with pytest.raises(ModelCooldownExhausted):  # the known-cooling scope still cools
         CredentialPool.select("ce-gpt-plus", model="gpt-4o", now=2.0)
-    assert CredentialPool._rest_until == {}  # an escalation is not an auth rejection
+    assert CredentialPool._legacy.snapshot() == {}  # an escalation is not an auth rejection
 
 
 def test_escalation_cools_the_credential_for_every_scope(store: ModelCooldown) -> None:

@@ -121,7 +121,7 @@ def test_empty_key_and_unregistered_provider_are_no_ops(three_keys: list[str]) -
     CredentialPool.record(P, "", 401, now=0)
     CredentialPool.record(P, None, 401, now=0)
     CredentialPool.record("nobody", K1, 401, now=0)
-    assert CredentialPool._rest_until == {}
+    assert CredentialPool._legacy.snapshot() == {}
 
 
 def test_record_headers_reads_bearer_case_insensitively(three_keys: list[str]) -> None:
@@ -148,7 +148,7 @@ def legacy_run(model: str | None) -> list[object]:
         answers.append(CredentialPool.available(P, now=step * 10 + 1))
         answers.append(CredentialPool.select(P, now=step * 10 + 1))
         answers.append(CredentialPool.eligible(P, now=step * 10 + 1))
-    answers.append(dict(CredentialPool._rest_until))
+    answers.append(CredentialPool._legacy.snapshot())
     return answers
 
 
@@ -177,7 +177,7 @@ def test_scoped_throttle_cools_only_that_model() -> None:
     assert CredentialPool.select(P, model="gpt-a", now=1) == K2
     assert CredentialPool.select(P, model="gpt-b", now=1) == K1
     assert CredentialPool.select(P, now=1) == K1
-    assert CredentialPool._rest_until == {}
+    assert CredentialPool._legacy.snapshot() == {}
 
 
 @scoped
@@ -192,7 +192,7 @@ def test_scoped_bucket_is_shared_by_its_models() -> None:
 def test_scoped_non_throttle_statuses_invent_no_cooldown(status: int) -> None:
     CredentialPool.record(P, K1, status, model="gpt-a", now=0)
     assert CredentialPool.select(P, model="gpt-a", now=1) == K1
-    assert CredentialPool._rest_until == {}
+    assert CredentialPool._legacy.snapshot() == {}
     assert model_cooldown.entry_count == 0
 
 
@@ -227,9 +227,9 @@ def test_403_cools_only_with_explicit_wide_auth() -> None:
 def test_wide_auth_mirror_uses_the_capped_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_MAX_SECONDS", "100")
     CredentialPool.record(P, K1, 401, model="gpt-a", now=0)
-    assert CredentialPool._rest_until == {(P, K1): 100.0}
+    assert CredentialPool._legacy.snapshot() == {(P, K1): 100.0}
     CredentialPool.record(P, K1, 401, model="gpt-a", retry_after_seconds=7, now=0)
-    assert CredentialPool._rest_until == {(P, K1): 100.0}  # the later deadline is kept
+    assert CredentialPool._legacy.snapshot() == {(P, K1): 100.0}  # the later deadline is kept
 
 
 @scoped
@@ -239,7 +239,7 @@ def test_scoped_success_never_clears_a_legacy_rest(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
     CredentialPool.record(P, K1, 200, model="gpt-a", now=1)
     assert CredentialPool.select(P, model="gpt-a", now=2) == K2
-    assert (P, K1) in CredentialPool._rest_until
+    assert (P, K1) in CredentialPool._legacy.snapshot()
 
 
 @scoped

@@ -150,7 +150,7 @@ def test_the_legacy_path_rotates_with_the_legacy_rules(pool: None, upstream: Ups
     response = CredentialPool.dispatch(P, with_requests(upstream), model="gpt-4o")
     assert response is not None
     assert response.json()["served_by"] == KEYS[2]
-    assert set(CredentialPool._rest_until) == {(P, KEYS[0]), (P, KEYS[1])}
+    assert set(CredentialPool._legacy.snapshot()) == {(P, KEYS[0]), (P, KEYS[1])}
     assert model_cooldown.entry_count == 0  # flag off: the store is untouched
     for key in KEYS:
         upstream.answers[key] = (429, {})
@@ -200,7 +200,7 @@ def test_a_transport_error_cools_nothing_and_is_reraised(enabled: None, pool: No
     with pytest.raises(requests.ConnectionError):
         CredentialPool.dispatch(P, refused, model="gpt-4o")
     assert model_cooldown.entry_count == 0
-    assert CredentialPool._rest_until == {}
+    assert CredentialPool._legacy.snapshot() == {}
 
 
 def test_a_served_response_with_a_spent_window_is_returned_and_cools_its_key(

@@ -68,7 +68,7 @@ def run_credential(ops: list[tuple[object, ...]], model: str | None) -> list[obj
             CredentialPool.record_headers(P, auth, op[2], now=now, quota_bucket=model)  # type: ignore[arg-type]
         else:
             answers.append(getattr(CredentialPool, str(op[0]))(P, now=now, model=model))
-    answers.append(sorted(CredentialPool._rest_until.items()))
+    answers.append(sorted(CredentialPool._legacy.snapshot().items()))
     return answers
 
 

@@ -113,10 +113,10 @@ def test_nanogpt_status_both_paths(enabled: None, pool: type[NanoGPTKeyPool]) ->
 
 def test_status_stores_nothing_and_counts_nothing(enabled: None, three_keys: None) -> None:
     CredentialPool.record(P, KEYS[0], 429, model=MODEL, now=0)
-    before = (model_cooldown.stats(), dict(CredentialPool._rest_until))
+    before = (model_cooldown.stats(), CredentialPool._legacy.snapshot())
     for _ in range(3):
         CredentialPool.status(P, model=MODEL, now=1)
-    assert (model_cooldown.stats(), dict(CredentialPool._rest_until)) == before
+    assert (model_cooldown.stats(), CredentialPool._legacy.snapshot()) == before
 
 
 # -- the HTTP surface ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from ._common import (
     store_evidence,
 )
 from .discovery import discover, numbered_keys
+from .legacy import LegacyRests
 from .rotation import rotate
 
 __all__ = ["CredentialPool"]
@@ -33,7 +34,6 @@ _Response = TypeVar("_Response")
 AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
 ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
-LEGACY_MAP_FLOOR = 1024
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -53,9 +53,8 @@ class CredentialPool:
     and only mirrors genuine credential-wide auth rejections into the legacy map.
     """
 
-    _lock: ClassVar[threading.Lock]  # the legacy map; never held across Redis
-    _rest_until: ClassVar[dict[tuple[str, str], float]] = {}
-    _rest_limit: ClassVar[int] = LEGACY_MAP_FLOOR  # sweep expired rests beyond this size
+    _lock: ClassVar[threading.Lock]  # the registry; never held across Redis
+    _legacy: ClassVar[LegacyRests] = LegacyRests()
     _providers: ClassVar[dict[str, str]] = {
         "ce-gpt-plus": f"{ENV_PREFIX}_GPT_PLUS_POOL",
         "ce-gpt-pro": f"{ENV_PREFIX}_GPT_PRO_POOL",
@@ -139,27 +138,17 @@ class CredentialPool:
         )
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
-            with cls._lock:
-                rest = cls._rest_until.get((provider, key), 0.0)
-                cls._rest(provider, key, max(rest, deadline), current_time)
+            cls._legacy.rest(provider, key, deadline, current_time, keep_later=True)
 
     @classmethod
     def _record_legacy(cls, provider: str, key: str, status: int, now: float) -> None:
-        with cls._lock:
-            if status in (401, 402, 403):
-                cls._rest(provider, key, now + AUTH_REST_SECONDS, now)
-            elif status == 429:
-                cls._rest(provider, key, now + THROTTLE_REST_SECONDS, now)
-            elif 200 <= status < 300:
-                cls._rest_until.pop((provider, key), None)
-
-    @classmethod
-    def _rest(cls, provider: str, key: str, until: float, now: float) -> None:
-        """Rest a key; the map never outgrows max(1024, twice its live rests) (lock held)."""
-        cls._rest_until[(provider, key)] = until
-        if len(cls._rest_until) > cls._rest_limit:
-            cls._rest_until = {entry: rest for entry, rest in cls._rest_until.items() if rest > now}
-            cls._rest_limit = max(LEGACY_MAP_FLOOR, 2 * len(cls._rest_until))
+        """Rest the key provider-wide; a new rest replaces the old one, as the legacy pools did."""
+        if status in (401, 402, 403):
+            cls._legacy.rest(provider, key, now + AUTH_REST_SECONDS, now, keep_later=False)
+        elif status == 429:
+            cls._legacy.rest(provider, key, now + THROTTLE_REST_SECONDS, now, keep_later=False)
+        elif 200 <= status < 300:
+            cls._legacy.clear(provider, key)
 
     @classmethod
     def record_headers(
@@ -191,20 +180,6 @@ class CredentialPool:
             )
 
     # -- selection ----------------------------------------------------------------------------
-
-    @classmethod
-    def _legacy_rests(cls, provider: str, keys: Sequence[str], now: float) -> dict[str, float]:
-        """Live legacy rests of these keys; expired ones are dropped on the way."""
-        rests = {}
-        for key in keys:
-            rest = cls._rest_until.get((provider, key))
-            if rest is None:
-                continue
-            if rest > now:
-                rests[key] = rest
-            else:
-                del cls._rest_until[(provider, key)]
-        return rests
 
     @classmethod
     def available(
@@ -254,8 +229,7 @@ class CredentialPool:
         max_seconds = scoped_max_seconds(model, quota_bucket)
         candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
-        with cls._lock:
-            rests = cls._legacy_rests(provider, candidates, current_time)
+        rests = cls._legacy.live(provider, candidates, current_time)
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
         filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
@@ -294,8 +268,7 @@ class CredentialPool:
             return free[0] if free else None
         candidates = cls.keys(provider)
         current_time = resolve_now(now)
-        with cls._lock:
-            rests = cls._legacy_rests(provider, candidates, current_time)
+        rests = cls._legacy.live(provider, candidates, current_time)
         if max_seconds is None:
             free = [key for key in candidates if key not in rests]
             return free[0] if free else (candidates[0] if candidates else None)
@@ -356,8 +329,7 @@ class CredentialPool:
         current = scoped_settings(model, quota_bucket)
         candidates = cls.keys(provider)
         current_time = resolve_now(now)
-        with cls._lock:
-            rests = cls._legacy_rests(provider, candidates, current_time)
+        rests = cls._legacy.live(provider, candidates, current_time)
         return keys_status(
             provider,
             candidates,
@@ -371,9 +343,7 @@ class CredentialPool:
     @classmethod
     def reset(cls) -> None:
         """Forget every legacy rest (tests); registered providers stay."""
-        with cls._lock:
-            cls._rest_until.clear()
-            cls._rest_limit = LEGACY_MAP_FLOOR
+        cls._legacy.reset()
 
 
 CredentialPool._lock = new_lock(CredentialPool)

@@ -1,0 +1,78 @@
+"""The legacy pools' provider-wide rests by (provider, key), never outgrowing the live ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from heapq import heapify, heappop, heappush
+
+from ..forksafe import new_lock
+
+__all__ = ["LEGACY_MAP_FLOOR", "LegacyRests"]
+
+LEGACY_MAP_FLOOR = 1024
+_Entry = tuple[str, str]  # (provider, key)
+
+
+class LegacyRests:
+    """Rests by (provider, key), with a min-heap of deadlines that drops expired rests.
+
+    Every write first drops the rests that expired by its `now` (amortised O(log n)), so
+    after any write the map holds no more than `max(1024, 2 x live rests)` entries.
+    Reads drop the expired rests they meet. One lock; nothing here does I/O.
+    """
+
+    def __init__(self) -> None:
+        self._lock = new_lock(self)
+        self._rests: dict[_Entry, float] = {}
+        self._expiry: list[tuple[float, str, str]] = []  # stale items are skipped, then rebuilt
+
+    def __len__(self) -> int:
+        return len(self._rests)
+
+    def snapshot(self) -> dict[_Entry, float]:
+        """A copy of the map (tests and status)."""
+        with self._lock:
+            return dict(self._rests)
+
+    def _drop_expired(self, now: float) -> None:
+        expiry, rests = self._expiry, self._rests
+        while expiry and expiry[0][0] <= now:
+            deadline, provider, key = heappop(expiry)
+            if rests.get((provider, key)) == deadline:
+                del rests[(provider, key)]
+        if len(expiry) > 2 * len(rests) + 64:  # stale items outnumber live ones: rebuild
+            self._expiry = [(rest, provider, key) for (provider, key), rest in rests.items()]
+            heapify(self._expiry)
+
+    def rest(self, provider: str, key: str, until: float, now: float, *, keep_later: bool) -> None:
+        """Rest a key until `until`; a new rest replaces the old one unless `keep_later`."""
+        with self._lock:
+            self._drop_expired(now)
+            current = self._rests.get((provider, key), 0.0)
+            if keep_later and current >= until:
+                return
+            self._rests[(provider, key)] = until
+            heappush(self._expiry, (until, provider, key))
+
+    def clear(self, provider: str, key: str) -> None:
+        with self._lock:
+            self._rests.pop((provider, key), None)
+
+    def live(self, provider: str, keys: Sequence[str], now: float) -> dict[str, float]:
+        """Live rests of these keys; expired ones are dropped on the way."""
+        rests: dict[str, float] = {}
+        with self._lock:
+            for key in keys:
+                rest = self._rests.get((provider, key))
+                if rest is None:
+                    continue
+                if rest > now:
+                    rests[key] = rest
+                else:
+                    del self._rests[(provider, key)]
+        return rests
+
+    def reset(self) -> None:
+        with self._lock:
+            self._rests.clear()
+            self._expiry.clear()
