@@ -123,15 +123,8 @@ def store_evidence(
     When the provider gave no usable advice, the fallback is the learned window (with
     `MODEL_COOLDOWN_LEARN=apply`) instead of the pool's fixed one.
     """
-    return model_cooldown.record(
-        namespace,
-        key,
-        evidence.outcome,
-        model=model,
-        quota_bucket=quota_bucket,
-        credential_wide_auth=evidence.credential_wide_auth,
-        retry_after_seconds=retry_after_seconds,
-        fallback_seconds=_learned_fallback(
+    if current.learn != "off":
+        fallback_seconds = _learned_fallback(
             namespace,
             key,
             evidence.outcome,
@@ -140,7 +133,16 @@ def store_evidence(
             fallback=fallback_seconds,
             current=current,
             now=now,
-        ),
+        )
+    return model_cooldown.record(
+        namespace,
+        key,
+        evidence.outcome,
+        model=model,
+        quota_bucket=quota_bucket,
+        credential_wide_auth=evidence.credential_wide_auth,
+        retry_after_seconds=retry_after_seconds,
+        fallback_seconds=fallback_seconds,
         max_seconds=current.max_seconds,
         now=now,
     )
@@ -158,7 +160,7 @@ def _learned_fallback(
     now: float,
 ) -> float:
     """The delay to record when the provider gave none: learned, when learning applies."""
-    if current.learn == "off" or scope is None:
+    if scope is None:
         return fallback
     health = outcome.credential_health
     if health == "throttled" and usable_advice(advice):

@@ -61,6 +61,8 @@ class LegacyRests:
     def live(self, provider: str, keys: Sequence[str], now: float) -> dict[str, float]:
         """Live rests of these keys; expired ones are dropped on the way."""
         rests: dict[str, float] = {}
+        if not self._rests:  # the common case: nothing rests, no lock needed to say so
+            return rests
         with self._lock:
             for key in keys:
                 rest = self._rests.get((provider, key))
