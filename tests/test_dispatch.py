@@ -175,15 +175,15 @@ def test_a_cooldown_before_any_attempt_propagates_and_sends_nothing(
     send.assert_not_called()
 
 
-def test_after_an_attempt_a_cooldown_returns_the_last_response(
+def test_after_a_throttle_every_key_cooling_is_our_429_not_the_upstreams(
     enabled: None, pool: None, upstream: Upstream
 ) -> None:
     for key in KEYS[1:]:
-        CredentialPool.record(P, key, 429, model="gpt-4o")
-    upstream.answers[KEYS[0]] = (429, {})
-    response = CredentialPool.dispatch(P, with_requests(upstream), model="gpt-4o")
-    assert response is not None
-    assert response.status_code == 429
+        CredentialPool.record(P, key, 429, model="gpt-4o", retry_after_seconds=40)
+    upstream.answers[KEYS[0]] = (429, {"Retry-After": "90"})
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        CredentialPool.dispatch(P, with_requests(upstream), model="gpt-4o")
+    assert raised.value.retry_after in (39, 40)  # the soonest release, not the last 429's
     assert upstream.calls == [KEYS[0]]
 
 

@@ -23,7 +23,13 @@ from .pools import (
 )
 from .ratelimit import rate_limit_advice
 from .store import MAX_ENTRIES, ModelCooldown, model_cooldown
-from .web import api_error_response, cooldown_error_response, init_app, status_blueprint
+from .web import (
+    api_error_response,
+    cooldown_error_response,
+    init_app,
+    relay,
+    status_blueprint,
+)
 
 __all__ = [
     "FORWARDED_ENV",
@@ -50,6 +56,7 @@ __all__ = [
     "model_cooldown",
     "rate_limit_advice",
     "recording_context",
+    "relay",
     "retry_after_seconds",
     "selection_scope",
     "settings",

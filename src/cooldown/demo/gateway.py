@@ -10,7 +10,7 @@ import http.client
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +18,8 @@ from flask import Flask, Response, request
 
 from ..errors import APIError
 from ..pools import CredentialPool
-from ..web import init_app, status_blueprint
-from .upstream import SimulatedUpstream, UpstreamReply, UpstreamUnreachable
+from ..web import init_app, relay, status_blueprint
+from .upstream import SimulatedUpstream, UpstreamUnreachable
 
 __all__ = ["KEY_INDEX_HEADER", "PROVIDER", "DemoConfig", "Dispatch", "create_app", "http_dispatch"]
 
@@ -27,8 +27,10 @@ PROVIDER = "demo"
 KEYS_ENV = "COOLDOWN_DEMO_API_KEY"
 KEY_INDEX_HEADER = "X-Upstream-Key-Index"
 
-Dispatch = Callable[[str, str, Mapping[str, Any]], UpstreamReply]
-"""(key, model, request body) -> the upstream's reply; raises `UpstreamUnreachable`."""
+Dispatch = Callable[[str, str, Mapping[str, Any]], Any]
+"""(key, model, request body) -> an upstream response `relay` can stream (an `UpstreamReply`
+from the simulator, an `http.client` response from a real upstream); raises
+`UpstreamUnreachable`."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def http_dispatch(base_url: str, *, timeout: float = 30.0) -> Dispatch:
     """POST to `<base_url>/chat/completions` of a real OpenAI-compatible upstream."""
     endpoint = base_url.rstrip("/") + "/chat/completions"
 
-    def dispatch(key: str, model: str, body: Mapping[str, Any]) -> UpstreamReply:
+    def dispatch(key: str, model: str, body: Mapping[str, Any]) -> Any:
         upstream_request = urllib.request.Request(
             endpoint,
             data=json.dumps(dict(body)).encode(),
@@ -57,42 +59,22 @@ def http_dispatch(base_url: str, *, timeout: float = 30.0) -> Dispatch:
             method="POST",
         )
         try:
-            answer = urllib.request.urlopen(upstream_request, timeout=timeout)
+            return urllib.request.urlopen(upstream_request, timeout=timeout)
         except urllib.error.HTTPError as failure:
-            with failure:
-                return UpstreamReply(failure.code, dict(failure.headers), _json(failure.read()))
+            return failure  # a 4xx or 5xx answer: status, headers and a body to relay
         except (OSError, http.client.HTTPException) as failure:
             raise UpstreamUnreachable(type(failure).__name__) from failure
-        headers = dict(answer.headers)
-        if headers.get("Content-Type", "").startswith("text/event-stream"):
-            return UpstreamReply(answer.status, headers, chunks=_lines(answer))
-        with answer:
-            return UpstreamReply(answer.status, headers, _json(answer.read()))
 
     return dispatch
 
 
-def _lines(answer: http.client.HTTPResponse) -> Iterator[bytes]:
-    """Relay a streamed body line by line, as the upstream sends it."""
-    with answer:
-        yield from iter(answer.readline, b"")
-
-
-def _json(raw: bytes) -> dict[str, Any]:
+def _request_body() -> dict[str, Any] | None:
+    """The JSON object the client sent, or `None` for anything else (even 5000 `[`)."""
     try:
-        parsed = json.loads(raw)
-    except ValueError:
-        return {"error": {"message": "The upstream answered with a body that is not JSON."}}
-    return parsed if isinstance(parsed, dict) else {"data": parsed}
-
-
-def _passthrough(reply: UpstreamReply) -> Response:
-    if reply.chunks is not None:  # recorded on the status line; the body streams on
-        return Response(reply.chunks, status=reply.status, mimetype="text/event-stream")
-    response = Response(json.dumps(reply.body), status=reply.status, mimetype="application/json")
-    if "Retry-After" in reply.headers:
-        response.headers["Retry-After"] = reply.headers["Retry-After"]
-    return response
+        body = request.get_json(silent=True)
+    except RecursionError:  # nesting deeper than the JSON parser goes
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def _affinity(body: Mapping[str, Any]) -> str | None:
@@ -115,17 +97,13 @@ def create_app(config: DemoConfig) -> Flask:
 
     @app.post("/v1/chat/completions")
     def chat_completions() -> Response:
-        body = request.get_json(silent=True)
-        if (
-            not isinstance(body, dict)
-            or not isinstance(body.get("model"), str)
-            or not body["model"]
-        ):
+        body = _request_body()
+        if body is None or not isinstance(body.get("model"), str) or not body["model"]:
             raise APIError("The JSON body needs a model.", 400, {"error": "invalid_request"})
         model = body["model"]
         used: list[str] = []
 
-        def send(key: str) -> UpstreamReply:
+        def send(key: str) -> Any:
             used.append(key)
             return config.dispatch(key, model, body)
 
@@ -138,9 +116,12 @@ def create_app(config: DemoConfig) -> Flask:
             ) from None
         if reply is None:
             raise APIError("No upstream key is configured.", 503, {"error": "no_upstream_key"})
-        response = _passthrough(reply)
-        # The position of the key that answered (never the key), so rotation shows in curl.
-        response.headers[KEY_INDEX_HEADER] = str(CredentialPool.keys(PROVIDER).index(used[-1]) + 1)
+        response = relay(reply)
+        # The position of the key that answered (never the key), so rotation shows in curl;
+        # left out when that key was rotated away from the environment meanwhile.
+        keys = CredentialPool.keys(PROVIDER)
+        if used[-1] in keys:
+            response.headers[KEY_INDEX_HEADER] = str(keys.index(used[-1]) + 1)
         return response
 
     @app.after_request

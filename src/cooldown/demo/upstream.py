@@ -29,13 +29,17 @@ __all__ = [
 ]
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 class UpstreamUnreachable(ConnectionError):
     """The request never got an answer (refused, timed out or cut off)."""
 
 
 @dataclass(frozen=True)
 class UpstreamReply:
-    """One upstream answer: what `CredentialPool.dispatch` reads (status, headers) and more.
+    """One simulated answer, shaped like an HTTP client's response: `dispatch` reads its
+    status and headers, `relay` streams its body.
 
     `chunks` is set for a streamed answer: server-sent event lines, read only by the client.
     """
@@ -44,6 +48,13 @@ class UpstreamReply:
     headers: dict[str, str] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)
     chunks: Iterator[bytes] | None = None
+
+    def iter_bytes(self) -> Iterator[bytes]:
+        """The body as an HTTP client streams it, so `cooldown.relay` passes it on."""
+        if self.chunks is not None:
+            yield from self.chunks
+        else:
+            yield json.dumps(self.body).encode()
 
 
 @dataclass
@@ -60,7 +71,7 @@ class SimulatedUpstream:
 
     def answer(self, key: str, model: str, *, stream: bool = False) -> UpstreamReply:
         if key in self.revoked:
-            return UpstreamReply(401, body={"error": {"message": "Invalid API key."}})
+            return UpstreamReply(401, dict(JSON), body={"error": {"message": "Invalid API key."}})
         now = self.clock()
         with self._lock:
             recent = [t for t in self._calls.get((key, model), []) if t > now - self.window]
@@ -70,7 +81,7 @@ class SimulatedUpstream:
                 self._calls[(key, model)] = recent
                 return UpstreamReply(
                     429,
-                    headers={"Retry-After": str(wait)},
+                    headers={**JSON, "Retry-After": str(wait)},
                     body={"error": {"message": "Rate limit reached for this model."}},
                 )
             self._calls[(key, model)] = [*recent, now]
@@ -88,7 +99,7 @@ class SimulatedUpstream:
             )
         return UpstreamReply(
             200,
-            headers=headers,
+            headers={**JSON, **headers},
             body={
                 "object": "chat.completion",
                 "model": model,
@@ -145,14 +156,7 @@ def create_upstream_app(
             }
             with log_lock, open(log_path, "a", encoding="utf-8") as log:
                 log.write(json.dumps(entry) + "\n")
-        if reply.chunks is not None:
-            return Response(reply.chunks, status=reply.status, headers=reply.headers)
-        return Response(
-            json.dumps(reply.body),
-            status=reply.status,
-            headers=reply.headers,
-            mimetype="application/json",
-        )
+        return Response(reply.iter_bytes(), status=reply.status, headers=reply.headers)
 
     return app
 

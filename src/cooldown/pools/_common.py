@@ -25,6 +25,7 @@ __all__ = [
     "numbered_suffix",
     "scoped_max_seconds",
     "scoped_settings",
+    "shared_state_configured",
     "status_code",
     "store_evidence",
     "unique_stripped",
@@ -98,6 +99,12 @@ def scoped_settings(model: object, quota_bucket: object) -> CooldownSettings | N
         return None
     share_when_configured(model_cooldown, current)
     return current
+
+
+def shared_state_configured() -> bool:
+    """Would a scoped call reach Redis? (The feature is on and the settings name one.)"""
+    current = settings()
+    return current.enabled and current.redis_url is not None
 
 
 def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 from ..advice import QuotaBuckets, selection_scope
@@ -20,12 +20,13 @@ from ._common import (
     check_evidence,
     scoped_max_seconds,
     scoped_settings,
+    shared_state_configured,
     status_code,
     store_evidence,
 )
 from .discovery import discover, numbered_keys
 from .legacy import LegacyRests
-from .rotation import rotate
+from .rotation import Steps, arotate, refuse_coroutine_function, rotate, rotation
 
 __all__ = ["CredentialPool"]
 
@@ -297,17 +298,53 @@ class CredentialPool:
         """Select, `send(key)`, record, and rotate to an untried key after a key problem.
 
         Only the response's status and headers are read, so a streaming body is untouched.
-        A `CooldownError` before the first attempt propagates (nothing was sent); after one,
-        the last response is returned. An exception from `send` cools nothing and is
-        re-raised. `None` without calling `send` when no key is configured.
+        A `CooldownError` before the first attempt propagates (nothing was sent). After a
+        throttle or auth rejection, when every key now cools for the scope, the 429
+        (`ModelCooldownExhausted`) replaces that answer; otherwise the last response is
+        returned. An exception from `send` cools nothing and is re-raised. `None` without
+        calling `send` when no key is configured. `send` must be a plain function; an
+        `async def send` goes to `adispatch`.
         """
+        refuse_coroutine_function(send)
+        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now)
+        return rotate(steps, send)
+
+    @classmethod
+    async def adispatch(
+        cls,
+        provider: str,
+        send: Callable[[str], Awaitable[_Response]],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        affinity: str | None = None,
+        quota_buckets: QuotaBuckets | None = None,
+        now: float | None = None,
+    ) -> _Response | None:
+        """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp).
+
+        The same loop and rules as `dispatch`. With Redis sharing on, every step that may
+        reach Redis runs in a worker thread, so the event loop never waits on it.
+        """
+        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now)
+        return await arotate(steps, send, offload=shared_state_configured())
+
+    @classmethod
+    def _rotation(
+        cls,
+        provider: str,
+        model: str | None,
+        quota_bucket: str | None,
+        affinity: str | None,
+        quota_buckets: QuotaBuckets | None,
+        now: float | None,
+    ) -> Steps:
         scope = selection_scope(provider, model, quota_buckets=quota_buckets)
         if quota_bucket is not None and scope:
             scope["quota_bucket"] = quota_bucket
-        return rotate(
+        return rotation(
             first=lambda: cls.select(provider, affinity=affinity, now=now, **scope),
-            rest=lambda: cls.available(provider, affinity=affinity, now=now, **scope),
-            send=send,
+            rest=lambda: cls.eligible(provider, affinity=affinity, now=now, **scope),
             record=lambda key, status, evidence: cls.record(
                 provider, key, status, now=now, **scope, **evidence
             ),

@@ -14,9 +14,16 @@ from .errors import (
     expose_when_present,
 )
 from .errors import error_format as _error_format
+from .relay import relay
 from .status import status_blueprint
 
-__all__ = ["api_error_response", "cooldown_error_response", "init_app", "status_blueprint"]
+__all__ = [
+    "api_error_response",
+    "cooldown_error_response",
+    "init_app",
+    "relay",
+    "status_blueprint",
+]
 
 
 def init_app(app: Flask, *, error_format: str | None = None) -> None:
