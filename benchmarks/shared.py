@@ -1,6 +1,7 @@
 """What sharing observations through Redis costs, and what it saves.
 
-Run by hand with a Redis on 127.0.0.1:6379 and gunicorn installed (the `dev` extra):
+Run by hand with a Redis (`MODEL_COOLDOWN_TEST_REDIS_URL`, default 127.0.0.1:6379; keys under a
+prefix of its own, deleted afterwards) and gunicorn installed (the `dev` extra):
 `python benchmarks/shared.py`. Prints the select + record latency, process-local vs
 shared; how many times N worker processes dispatch a throttled key before all of them stop
 using it; and the same through real gunicorn sync and gthread workers over loopback, for
@@ -33,7 +34,7 @@ from store import KEYS, PAIRS, median_microseconds, pair_loop  # benchmarks/stor
 from cooldown import CredentialPool, ModelCooldown
 from cooldown.shared import RedisObservations
 
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 SECRET = "benchmark-secret-" + "x" * 32
 WORKERS = 4
 BASE = "BENCH_SHARED_KEY"

@@ -175,6 +175,26 @@ def worker_processes() -> Iterator[Callable[..., list[Worker]]]:
         process.stdout.close()
 
 
+TEST_REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+"""The Redis the suite may write to (under prefixes of its own, deleted afterwards)."""
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """`MODEL_COOLDOWN_TEST_REDIS_URL`, reachable; skipped (or failed, when required) if not."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(TEST_REDIS_URL, socket_timeout=1)
+        client.ping()
+        client.close()
+    except (redis.RedisError, OSError) as error:
+        if os.environ.get("MODEL_COOLDOWN_REQUIRE_REDIS") == "1":
+            pytest.fail(f"MODEL_COOLDOWN_REQUIRE_REDIS=1 but Redis is unreachable: {error}")
+        pytest.skip(f"no Redis at MODEL_COOLDOWN_TEST_REDIS_URL ({type(error).__name__})")
+    return TEST_REDIS_URL
+
+
 def require_program(name: str) -> None:
     """Skip without the program, unless CI requires Redis: then it is a failure."""
     if shutil.which(name) is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from cooldown import CredentialPool
+import pytest
+
+from cooldown import CredentialPool, rate_limit_advice, recording_context, upstream_model
 
 P = "ce-gpt-plus"
 
@@ -40,3 +42,51 @@ def test_replaced_rests_leave_the_heap_bounded() -> None:
             CredentialPool.record(P, f"sk-{index}", 429, now=float(round_number))
     assert len(CredentialPool._legacy) == 20
     assert len(CredentialPool._legacy._expiry) <= 2 * 20 + 64
+
+
+ON = {"MODEL_COOLDOWN_ENABLED": "true"}
+RECEIVED = 1_767_225_600.0  # 2026-01-01T00:00:00Z, wall clock
+
+
+def test_a_short_retry_after_does_not_send_into_a_spent_hour_long_window() -> None:
+    headers = {
+        "Retry-After": "2",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "59m58s",
+    }
+    context = recording_context(429, headers, received_at=RECEIVED, environ=ON)
+    assert context["retry_after_seconds"] == 3598.0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1767225645"},
+        {"RateLimit-Remaining": "0", "RateLimit-Reset": "1767225645"},
+        {"X-RateLimit-Remaining-Tokens": "0", "X-RateLimit-Reset-Tokens": "1767225645.5"},
+    ],
+)
+def test_an_absolute_unix_reset_is_read_against_the_wall_clock(headers: dict[str, str]) -> None:
+    seconds = rate_limit_advice(headers, received_at=RECEIVED)
+    assert seconds is not None
+    assert 45.0 <= seconds <= 45.5
+    assert rate_limit_advice(headers, received_at=RECEIVED + 100) == 0.0  # already past
+
+
+def test_a_reset_below_the_epoch_threshold_stays_a_duration() -> None:
+    headers = {"RateLimit-Remaining": "0", "RateLimit-Reset": "999999999"}
+    assert rate_limit_advice(headers, received_at=RECEIVED) == 999_999_999.0
+
+
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        ("/v1/models/gpt-4o", "gpt-4o"),
+        ("/v1beta/models/gemini-2.0-flash:generateContent", "gemini-2.0-flash"),
+        ("/models/claude-3-5-sonnet", "claude-3-5-sonnet"),
+        ("/v1/models", None),
+        ("/v1/chat/completions", None),
+    ],
+)
+def test_upstream_model_takes_any_models_path(path: str, model: str | None) -> None:
+    assert upstream_model(None, path) == model

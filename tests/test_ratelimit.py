@@ -119,13 +119,20 @@ def test_a_spent_window_on_a_success_is_recorded_as_a_throttle() -> None:
     assert context["retry_after_seconds"] == 45.0
 
 
-def test_on_a_429_retry_after_wins_and_the_window_stands_in_when_missing() -> None:
+def test_on_a_429_the_later_of_retry_after_and_the_spent_window_wins() -> None:
     window = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1m"}
     both = recording_context(429, {**window, "Retry-After": "7"}, environ=ON)
-    assert both["retry_after_seconds"] == 7.0
+    assert both["retry_after_seconds"] == 60.0  # retrying in 7 s meets the spent window
+    longer = recording_context(429, {**window, "Retry-After": "90"}, environ=ON)
+    assert longer["retry_after_seconds"] == 90.0
     alone = recording_context(429, {**window, "Retry-After": "soon"}, environ=ON)
     assert alone["retry_after_seconds"] == 60.0
     assert alone["outcome"].reason == "http_throttled"
+    unspent = {"x-ratelimit-remaining-tokens": "5", "x-ratelimit-reset-tokens": "1m"}
+    assert (
+        recording_context(429, {**unspent, "Retry-After": "7"}, environ=ON)["retry_after_seconds"]
+        == 7.0
+    )
 
 
 def test_a_supplied_or_cancelled_classification_is_not_rewritten() -> None:
@@ -184,7 +191,11 @@ def test_generated_rfc3339_times_round_trip(moment: datetime) -> None:
 
 
 @given(
-    st.text(max_size=80),
+    st.one_of(
+        st.text(max_size=80),
+        st.integers(min_value=10**9 - 5, max_value=10**20).map(str),  # Unix times, and absurd ones
+        st.floats(min_value=0, max_value=1e300, allow_nan=False).map(repr),
+    ),
     st.floats(allow_nan=False, allow_infinity=False, min_value=0, max_value=4e9),
 )
 def test_rate_limit_advice_never_raises_never_negative(value: str, received: float) -> None:

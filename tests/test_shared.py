@@ -1,4 +1,8 @@
-"""Shared observations across real processes, against the Redis server on 127.0.0.1:6379."""
+"""Shared observations across real processes, against the Redis the suite is pointed at.
+
+That is `MODEL_COOLDOWN_TEST_REDIS_URL` (default `redis://127.0.0.1:6379/0`); every test
+writes under a prefix of its own and deletes it afterwards.
+"""
 
 from __future__ import annotations
 
@@ -33,24 +37,12 @@ from cooldown.shared import RedisObservations
 
 Worker = Callable[..., Any]  # conftest.Worker: a worker process that answers JSON commands
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 SECRET = "s3cret-" + "x" * 40
 PROVIDER = "ce-gpt-plus"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
 K1, K2 = "sk-shared-SECRET-one", "sk-shared-SECRET-two"
 THROTTLED = classify_upstream_outcome(429)
 T = 5000.0  # a monotonic `now` every process agrees on (same host, same clock)
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_timeout=1).ping()
-    except (redis.RedisError, OSError) as error:
-        if os.environ.get("MODEL_COOLDOWN_REQUIRE_REDIS") == "1":
-            pytest.fail(f"MODEL_COOLDOWN_REQUIRE_REDIS=1 but Redis is unreachable: {error}")
-        pytest.skip(f"no Redis server on 127.0.0.1:6379 ({type(error).__name__})")
-    return REDIS_URL
 
 
 @pytest.fixture

@@ -80,21 +80,22 @@ def _retry_after(value: object, received_at: float | None) -> float | None:
     return max(0.0, remaining) if math.isfinite(remaining) else None
 
 
-_GEMINI_MODEL = re.compile(r"(?:^|/)models/([^/:]+):[^/:]+/?$")
+_PATH_MODEL = re.compile(r"(?:^|/)models/([^/:]+)(?::[^/:]+)?/?$")
 
 
 def upstream_model(body: object = None, path: object = None) -> str | None:
-    """The model an OpenAI-style JSON body or a Gemini-style path names; never a guess.
+    """The model an OpenAI-style JSON body or a `/models/<name>` path names; never a guess.
 
-    `body["model"]` when it is a non-empty string, else `<name>` of `.../models/<name>:<verb>`
-    (e.g. `/v1beta/models/gemini-2.0-flash:generateContent`), else `None`.
+    `body["model"]` when it is a non-empty string, else `<name>` of a path ending in
+    `models/<name>`, with or without a Gemini-style `:<verb>` (e.g.
+    `/v1beta/models/gemini-2.0-flash:generateContent`, `/v1/models/gpt-4o`), else `None`.
     """
     if isinstance(body, Mapping):
         model = body.get("model")
         if isinstance(model, str) and model:
             return model
     if isinstance(path, str):
-        found = _GEMINI_MODEL.search(path)
+        found = _PATH_MODEL.search(path)
         if found:
             return found.group(1)
     return None
@@ -145,8 +146,8 @@ def recording_context(
     """`outcome=`, `credential_wide_auth=` and `retry_after_seconds=` for recording.
 
     A 2xx whose rate-limit headers show a spent window is recorded as a throttle until the
-    window resets (reason `rate_limit_exhausted`); on a 429 `Retry-After` wins and the
-    rate-limit reset stands in when it is missing. `{}` when the feature is disabled, so the
+    window resets (reason `rate_limit_exhausted`); on a 429 the advice is the later of a
+    usable `Retry-After` and every spent window's reset. `{}` when the feature is disabled, so the
     pools keep their legacy behaviour.
     """
     if not settings(environ).enabled:
@@ -168,8 +169,11 @@ def recording_context(
                     outcome.replay_permission, "success", "throttled", "rate_limit_exhausted"
                 )
                 advice = window
-    if advice is None and outcome.credential_health == "throttled" and lowered:
-        advice = spent_window_reset(lowered, wall_clock)  # a 429 without a usable Retry-After
+    if outcome.reason != "rate_limit_exhausted" and outcome.credential_health == "throttled":
+        # A 429: "retry in 2 s" while an hour-long window is spent means the later of the two.
+        window = spent_window_reset(lowered, wall_clock) if lowered else None
+        if window is not None:
+            advice = window if advice is None else max(advice, window)
     return {
         "outcome": outcome,
         "credential_wide_auth": status == 401 and not cancelled,

@@ -2,7 +2,8 @@
 
 Three families are read (names case-insensitive): OpenAI-style `x-ratelimit-*` with Go
 durations, Anthropic's `anthropic-ratelimit-*` with RFC 3339 times, and the IETF
-`RateLimit-Remaining`/`RateLimit-Reset` fields with delta seconds. Bodies are never read.
+`RateLimit-Remaining`/`RateLimit-Reset` fields with delta seconds. A plain number above 10^9
+in a reset is an absolute Unix time instead. Bodies are never read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from .headers import Headers, lowered_headers
 
 __all__ = ["go_duration_seconds", "rate_limit_advice", "rfc3339_timestamp", "spent_window_reset"]
 
+EPOCH_THRESHOLD = 1e9
+"""Reset values above this many seconds (about 31 years) are absolute Unix times."""
 _LONGEST_VALUE = 64  # longer header values are not numbers or times any provider sends
 _OPENAI_KINDS = ("requests", "tokens")
 _ANTHROPIC_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
@@ -96,12 +99,23 @@ def _spent(value: object) -> bool:
     return count.isascii() and count.isdigit() and not count.strip("0")
 
 
+def _from_epoch(seconds: float | None, received_at: float) -> float | None:
+    """A reset above 10^9 is a Unix time (GitHub-style gateways send those): seconds from
+    `received_at` until then, never below 0. Anything smaller is already a duration."""
+    if seconds is None or seconds <= EPOCH_THRESHOLD:
+        return seconds
+    return _finite(max(0.0, seconds - received_at))
+
+
 def spent_window_reset(lowered: dict[str, object], received_at: float) -> float | None:
     """Seconds until the latest spent window resets, from headers keyed by lower-case name."""
     resets: list[float] = []
     for kind in _OPENAI_KINDS:
         if _spent(lowered.get(f"x-ratelimit-remaining-{kind}")):
-            reset = go_duration_seconds(lowered.get(f"x-ratelimit-reset-{kind}"))
+            reset_value = lowered.get(f"x-ratelimit-reset-{kind}")
+            reset = _from_epoch(_plain_seconds(reset_value), received_at)
+            if reset is None:
+                reset = go_duration_seconds(reset_value)
             if reset is not None:
                 resets.append(reset)
     for kind in _ANTHROPIC_KINDS:
@@ -110,7 +124,7 @@ def spent_window_reset(lowered: dict[str, object], received_at: float) -> float 
             if moment is not None:
                 resets.append(max(0.0, moment - received_at))
     if _spent(lowered.get("ratelimit-remaining")):
-        reset = _plain_seconds(lowered.get("ratelimit-reset"))
+        reset = _from_epoch(_plain_seconds(lowered.get("ratelimit-reset")), received_at)
         if reset is not None:
             resets.append(reset)
     return max(resets) if resets else None
