@@ -43,6 +43,9 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def forget_everything() -> None:
+    from cooldown.shared import share_when_configured
+
+    share_when_configured(model_cooldown, config.CooldownSettings())  # detach, close Redis
     model_cooldown.reset()
     window_learner.reset()
     CredentialPool.reset()

@@ -205,7 +205,10 @@ def test_prompt_cache_key_keeps_a_conversation_on_one_key(
     assert len(set().union(*positions.values())) > 1  # and they are spread
 
 
-def test_the_status_page_is_mounted_with_a_token(upstream: SimulatedUpstream) -> None:
+def test_the_status_page_is_mounted_with_a_token(
+    upstream: SimulatedUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, KEYS[0])  # a provider without keys is left out of the summary
     token = "demo-status-token-" + "x" * 20
     app = create_app(DemoConfig(simulated_dispatch(upstream), keys_env=ENV, status_token=token))
     client = app.test_client()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import json
 import re
 
 import pytest
@@ -59,12 +58,31 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
     assert CredentialPool.status(P, model=MODEL, now=110) == {
         "provider": P,
         "keys": [
-            {"index": 1, "state": "cooling", "reason": "scope", "retry_after": 30},
-            {"index": 2, "state": "ready", "reason": None, "retry_after": None},
-            {"index": 3, "state": "cooling", "reason": "credential", "retry_after": 290},
+            {
+                "index": 1,
+                "state": "cooling",
+                "reason": "scope",
+                "retry_after": 30,
+                "scoped_cooldowns": 1,
+            },
+            {
+                "index": 2,
+                "state": "ready",
+                "reason": None,
+                "retry_after": None,
+                "scoped_cooldowns": 0,
+            },
+            {
+                "index": 3,
+                "state": "cooling",
+                "reason": "credential",
+                "retry_after": 290,
+                "scoped_cooldowns": 0,
+            },
         ],
         "ready": 1,
         "cooling": 2,
+        "cooling_some_models": 1,
     }
     other_model = CredentialPool.status(P, model="another", now=110)
     assert [key["reason"] for key in other_model["keys"]] == [None, None, "credential"]
@@ -80,6 +98,7 @@ def test_legacy_status(three_keys: None) -> None:
         "state": "cooling",
         "reason": "legacy",
         "retry_after": 50,
+        "scoped_cooldowns": 0,
     }
     assert (status["ready"], status["cooling"]) == (2, 1)
 
@@ -134,16 +153,17 @@ def test_no_token_configured_means_404_everywhere(three_keys: None, route: str) 
     assert app.test_client().get(route, headers=AUTH).status_code == 404
 
 
-def test_a_short_token_is_no_token(three_keys: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_short_token_fails_at_registration(
+    three_keys: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", "short")
-    app = Flask("short-token")
-    app.register_blueprint(status_blueprint())
-    assert (
-        app.test_client()
-        .get("/cooldown/status", headers={"Authorization": "Bearer short"})
-        .status_code
-        == 404
-    )
+    with pytest.raises(ValueError, match="32 characters"):
+        Flask("short-token").register_blueprint(status_blueprint())
+    monkeypatch.delenv("MODEL_COOLDOWN_STATUS_TOKEN")
+    app = Flask("short-config")
+    app.config["MODEL_COOLDOWN_STATUS_TOKEN"] = "x" * 31
+    with pytest.raises(ValueError, match="32 characters"):
+        app.register_blueprint(status_blueprint())
 
 
 @pytest.mark.parametrize("route", DATA_ROUTES)
@@ -188,7 +208,9 @@ def test_status_endpoints(client: FlaskClient, enabled: None) -> None:
     assert summary.headers["Cache-Control"] == "no-store"
     assert summary.json is not None
     assert summary.json["live_observations"] == 1
-    assert summary.json["providers"][P] == {"ready": 3, "cooling": 0}
+    assert summary.json["providers"] == {  # built-in providers without keys are left out
+        P: {"ready": 3, "cooling": 0, "cooling_some_models": 1, "scoped_cooldowns": 1}
+    }
     keys = client.get(f"/cooldown/status/{P}?model={MODEL}", headers=AUTH).json
     assert keys is not None
     assert [key["state"] for key in keys["keys"]] == ["ready", "cooling", "ready"]
@@ -234,15 +256,11 @@ def test_metrics_without_prometheus_client_explain_the_extra(
     assert "model-cooldown[metrics]" in response.get_data(as_text=True)
 
 
-def test_flask_cooldown_status_cli(app: Flask, enabled: None) -> None:
+def test_flask_cooldown_status_cli_refuses_to_guess(app: Flask, enabled: None) -> None:
     CredentialPool.record(P, KEYS[2], 429, model=MODEL)
-    runner = app.test_cli_runner()
-    overview = runner.invoke(args=["cooldown", "status"])
-    assert overview.exit_code == 0, overview.output
-    assert json.loads(overview.output)["providers"][P]["ready"] == 3
-    keys = runner.invoke(args=["cooldown", "status", P, "--model", MODEL])
-    assert json.loads(keys.output)["keys"][2]["reason"] == "scope"
-    assert runner.invoke(args=["cooldown", "status", "nope"]).exit_code != 0
+    result = app.test_cli_runner().invoke(args=["cooldown", "status"])
+    assert result.exit_code != 0
+    assert "Cooldowns live in each server process" in result.output
 
 
 def test_nothing_secret_in_any_status_response(
@@ -255,9 +273,6 @@ def test_nothing_secret_in_any_status_response(
         client.get(route, headers=AUTH).get_data(as_text=True)
         for route in [*ROUTES, f"/cooldown/status/{P}?model={MODEL}&quota_bucket={BUCKET}"]
     ]
-    bodies.append(
-        app.test_cli_runner().invoke(args=["cooldown", "status", P, "--model", MODEL]).output
-    )
     digests = [model_cooldown.credential_id(P, key) for key in KEYS]
     dump = "\n".join(bodies)
     fragments = {key[i : i + 8] for key in KEYS for i in range(len(key) - 7)}

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flask import Flask
+from flask import Flask, request
 from werkzeug.serving import make_server
 
 from cooldown import CredentialPool, init_app, status_blueprint
@@ -113,6 +113,9 @@ def _split_ws(url: str) -> tuple[str, int, str]:
     return host, int(port), "/" + path
 
 
+SEEN_PATHS: list[str] = []  # every request line the gateway served: what an access log holds
+
+
 @pytest.fixture
 def gateway(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
@@ -123,8 +126,11 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     CredentialPool.record(P, KEYS[1], 429, model="gpt-4o", retry_after_seconds=90)
     CredentialPool.record(P, KEYS[2], 401, model="gpt-4o")
     app = Flask("page")
+    app.config["MODEL_COOLDOWN_STATUS_MODELS"] = ["gpt-4o", "gpt-4o-mini", "o3-catalog"]
     init_app(app)
     app.register_blueprint(status_blueprint())
+    SEEN_PATHS.clear()
+    app.before_request(lambda: SEEN_PATHS.append(request.full_path) and None)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/cooldown/"
@@ -209,18 +215,59 @@ def test_the_page_shows_each_key_and_why(gateway: str, browser: DevTools, tmp_pa
     rows = wait_for(
         browser, f"(() => {{ const r = {TABLE}; return r.length === 3 ? r : null; }})()"
     )
-    assert rows[0] == ["Key 1", "ready", "\u2014", "\u2014"]
+    assert rows[0] == ["Key 1", "ready", "\u2014", "\u2014", "0"]
     assert rows[1][:3] == ["Key 2", "cooling", "scope"]
     assert 85 <= int(rows[1][3].removesuffix(" s")) <= 90
     assert rows[2][:3] == ["Key 3", "cooling", "credential"]
     title = browser.evaluate("document.getElementById('keys-title').textContent")
-    assert title == f"Keys of {P}: 1 ready, 2 cooling"
+    assert title == f"Keys of {P}: 1 ready, 2 cooling, 1 cooling for some models"
     counters = browser.evaluate("document.getElementById('counters').textContent")
     assert "live_observations" in counters
     screenshot = browser.call("Page.captureScreenshot", format="png")["data"]
     (tmp_path / "status-page.png").write_bytes(base64.b64decode(screenshot))
     page_text = browser.evaluate("document.body.innerText")
     assert not any(key in page_text for key in KEYS)
+    assert SEEN_PATHS
+    assert not [path for path in SEEN_PATHS if "gpt-4o" in path]  # names went in POST bodies
+
+
+MATRIX = """
+(() => {
+  if (document.getElementById("matrix-section").hidden) return null;
+  const head = [...document.querySelectorAll("#matrix thead th")].map((c) => c.textContent);
+  const rows = [...document.querySelectorAll("#matrix tbody tr")].map(
+    (row) => [...row.children].map((cell) => cell.textContent));
+  return rows.length === 3 ? {head, rows} : null;
+})()
+"""
+
+
+def test_the_page_shows_the_catalog_matrix(gateway: str, browser: DevTools, tmp_path: Path) -> None:
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=gateway)
+    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
+    for field, text in (("token", TOKEN), ("provider", P)):
+        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    matrix = wait_for(browser, MATRIX)
+    assert matrix["head"] == [
+        "Key",
+        "gpt-4o (1 ready)",
+        "gpt-4o-mini (2 ready)",
+        "o3-catalog (2 ready)",
+    ]
+    assert matrix["rows"][0] == ["Key 1", "ready", "ready", "ready"]
+    assert matrix["rows"][1][0] == "Key 2"
+    assert matrix["rows"][1][1].startswith("scope, ")
+    assert matrix["rows"][1][2:] == ["ready", "ready"]
+    assert [cell.split(",")[0] for cell in matrix["rows"][2][1:]] == ["credential"] * 3
+    summary = browser.evaluate("document.getElementById('keys-title').textContent")
+    assert summary == f"Keys of {P}: 2 ready, 1 cooling, 1 cooling for some models"
+    screenshot = browser.call("Page.captureScreenshot", format="png")["data"]
+    (tmp_path / "status-matrix.png").write_bytes(base64.b64decode(screenshot))
+    shots = os.environ.get("MODEL_COOLDOWN_SCREENSHOTS")
+    if shots:  # keep the artifact where a person can look at it
+        (Path(shots) / "status-matrix.png").write_bytes(base64.b64decode(screenshot))
 
 
 def test_a_wrong_token_shows_a_refusal(gateway: str, browser: DevTools) -> None:

@@ -33,6 +33,7 @@ REDIS_PREFIX_ENV = "MODEL_COOLDOWN_REDIS_PREFIX"
 REDIS_TIMEOUT_ENV = "MODEL_COOLDOWN_REDIS_TIMEOUT_MS"
 LEARN_ENV = "MODEL_COOLDOWN_LEARN"
 STATUS_TOKEN_ENV = "MODEL_COOLDOWN_STATUS_TOKEN"
+STATUS_MODELS_ENV = "MODEL_COOLDOWN_STATUS_MODELS"
 
 FORWARDED_ENV: tuple[str, ...] = (
     ENABLED_ENV,
@@ -43,11 +44,14 @@ FORWARDED_ENV: tuple[str, ...] = (
     REDIS_TIMEOUT_ENV,
     LEARN_ENV,
     STATUS_TOKEN_ENV,
+    STATUS_MODELS_ENV,
 )
 """The settings a container environment allowlist must forward for the feature to work."""
 
-_PARSED_ENV = tuple(name for name in FORWARDED_ENV if name != STATUS_TOKEN_ENV)
-"""What `settings()` parses; the status token is read by the status blueprint when asked."""
+_PARSED_ENV = tuple(
+    name for name in FORWARDED_ENV if name not in (STATUS_TOKEN_ENV, STATUS_MODELS_ENV)
+)
+"""What `settings()` parses; the status token and catalog are read by the status surface."""
 
 LearnMode: TypeAlias = Literal["off", "shadow", "apply"]
 LEARN_MODES: tuple[LearnMode, ...] = ("off", "shadow", "apply")

@@ -183,7 +183,7 @@ class RedisObservations:
         if self._client is not None:
             self._client.close()
 
-    def _script(self, name: str) -> Any:
+    def _connected(self) -> Any:
         if self._client is None:
             client = _connect(self._endpoint, self._timeout)
             self._scripts = {
@@ -192,6 +192,10 @@ class RedisObservations:
                 "lookup": client.register_script(_LOOKUP),
             }
             self._client = client
+        return self._client
+
+    def _script(self, name: str) -> Any:
+        self._connected()
         return self._scripts[name]
 
     # -- clock --------------------------------------------------------------------------------
@@ -221,11 +225,16 @@ class RedisObservations:
         read: Callable[[Any], _T] = lambda answer: answer,
     ) -> _T | None:
         """Run one script and `read` its answer; `None` for any failure, including garbage."""
+        return self._call_with(now, lambda: self._script(script)(keys=keys, args=args), read)
+
+    def _call_with(
+        self, now: float, command: Callable[[], Any], read: Callable[[Any], _T]
+    ) -> _T | None:
         with self._lock:
             if self._degraded and now < self._retry_at:
                 return None
         try:  # no lock held: a slow Redis delays only the calls that need its answer
-            answer = read(self._script(script)(keys=keys, args=args))
+            answer = read(command())
         except Exception as error:  # any client or data failure degrades; none reaches a route
             self._failed(now, error)
             return None
@@ -275,6 +284,21 @@ class RedisObservations:
 
         args = [*self._window(now, max_seconds), *entries]
         return self._call(now, "lookup", self._keys, args, read)
+
+    def live_entries(self, now: float) -> list[str] | None:
+        """Every live shared id (for operators' counts), or `None` when Redis does not answer."""
+
+        def read(answer: list[Any]) -> list[str]:
+            return [
+                member.decode() if isinstance(member, bytes) else str(member) for member in answer
+            ]
+
+        def fetch() -> Any:
+            return self._connected().zrangebyscore(
+                self._keys[0], f"({self._to_wall_ms(now)}", "+inf"
+            )
+
+        return self._call_with(now, fetch, read)
 
     def stats(self) -> dict[str, int | bool]:
         with self._lock:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, TypeVar
 
 from .arguments import (
     bounded_max_seconds,
     delay,
     finite_number,
+    require_keys,
     require_str,
     resolve_now,
     retry_after,
@@ -27,7 +28,19 @@ from .selection import explain_keys, gather, scan
 __all__ = ["MAX_ENTRIES", "SCOPES_PER_CREDENTIAL", "ModelCooldown", "model_cooldown"]
 
 MAX_ENTRIES = 10000
+_Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
 _LOCAL_ONLY = {"shared": False, "shared_errors_total": 0, "shared_degraded": False}
+
+
+def count_by_prefix(
+    entries: Sequence[_Entry], wanted: dict[_Entry, int], counts: list[int], size: int
+) -> None:
+    """Add one to `counts[wanted[prefix]]` for each scope entry (longer than `size`)."""
+    for entry in entries:
+        if len(entry) > size:
+            position = wanted.get(entry[:size])
+            if position is not None:
+                counts[position] += 1
 
 
 def _entry_parts(
@@ -239,6 +252,35 @@ class ModelCooldown:
             self._schedule.advance(current_time, ceiling)
             overflow = max(self._schedule.overflow_until, shared_overflow)
             return explain_keys(self._deadlines, self._digest, lookup, current_time, overflow)
+
+    def scoped_counts(
+        self, provider: str, keys: Sequence[str], *, now: float | None = None
+    ) -> list[int]:
+        """Per key, how many models or buckets it cools for right now (shared ones included).
+
+        One pass over the table (and one shared round trip), whatever the number of keys;
+        nothing is stored to answer it. For operators, not routes.
+        """
+        provider_frame = frame(require_str(provider, "provider"))
+        messages = [
+            credential_message(provider_frame, require_str(key, "each key"))
+            for key in require_keys(keys)
+        ]
+        current_time = resolve_now(now)
+        counts = [0] * len(messages)
+        sharing = self._shared
+        if sharing is not None and messages:
+            shared = sharing.backend.live_entries(current_time)
+            if shared is not None:
+                wanted = {sharing.digest(message).hex(): i for i, message in enumerate(messages)}
+                count_by_prefix(shared, wanted, counts, 2 * DIGEST_SIZE)
+        if self._deadlines and messages:
+            with self._lock:  # a C-speed copy; the counting runs without the lock
+                held = list(self._deadlines.items())
+            wanted_local = {self._digest(message): i for i, message in enumerate(messages)}
+            live = [entry for entry, deadline in held if deadline > current_time]
+            count_by_prefix(live, wanted_local, counts, DIGEST_SIZE)
+        return counts
 
     def available(
         self,

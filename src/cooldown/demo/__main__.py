@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..config import ENABLED_ENV, STATUS_TOKEN_ENV
+from ..web.status import MIN_TOKEN_LENGTH
 from .gateway import KEYS_ENV, DemoConfig, create_app, http_dispatch, simulated_dispatch
 from .serving import serve
 from .upstream import SimulatedUpstream
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         help=f"turn on the status page at /cooldown/ (32+ characters; or {STATUS_TOKEN_ENV})",
     )
     args = parser.parse_args(argv)
+    if args.status_token and len(args.status_token) < MIN_TOKEN_LENGTH:
+        parser.error(f"--status-token must be at least {MIN_TOKEN_LENGTH} characters")
 
     os.environ.setdefault(ENABLED_ENV, "true")
     if args.upstream:

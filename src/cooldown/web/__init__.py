@@ -14,6 +14,7 @@ from .errors import (
     expose_when_present,
 )
 from .errors import error_format as _error_format
+from .metrics import publish_when_multiprocess
 from .relay import relay
 from .status import status_blueprint
 
@@ -34,6 +35,8 @@ def init_app(app: Flask, *, error_format: str | None = None) -> None:
     is kept. `Access-Control-Allow-Origin` is left to the app's CORS layer, so this
     composes with Flask-CORS or a hand-written one.
     """
+    if not isinstance(app, Flask):
+        raise TypeError("init_app needs a Flask app")
     chosen = _error_format(app, error_format)
     if "cooldown" in app.extensions:
         return
@@ -47,3 +50,4 @@ def init_app(app: Flask, *, error_format: str | None = None) -> None:
     app.after_request_funcs.setdefault(None, []).insert(0, expose_when_present)
     app.cli.add_command(cooldown_cli)
     app.extensions["cooldown"] = model_cooldown
+    publish_when_multiprocess()  # with PROMETHEUS_MULTIPROC_DIR set: every worker is scraped

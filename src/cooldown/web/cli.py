@@ -1,26 +1,80 @@
-"""`flask cooldown status`: the status JSON in a terminal, for an operator with a shell."""
+"""`flask cooldown status`: the status JSON in a terminal, read from where the state really is."""
 
 from __future__ import annotations
 
 import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
 
 import click
 from flask.cli import AppGroup
 
+from ..config import STATUS_TOKEN_ENV, settings
 from ..pools import CredentialPool
-from .status import overview
+from .summary import overview
 
 __all__ = ["cooldown_cli"]
 
 cooldown_cli = AppGroup("cooldown", help="Model cooldown state.")
+
+NOWHERE = (
+    "Cooldowns live in each server process: this new process knows none of them. Turn on "
+    "Redis sharing (MODEL_COOLDOWN_REDIS_URL) to read the shared state, or pass "
+    "--url http://HOST:PORT/cooldown and a status token to ask a running gateway."
+)
+
+
+def _from_gateway(url: str, token: str, path: str, body: dict[str, Any] | None) -> Any:
+    """GET (or POST, for a model lookup) a running gateway's status JSON."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url.rstrip("/") + path,
+        data=data,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.load(answer)
+    except urllib.error.HTTPError as error:
+        error.close()
+        raise click.ClickException(f"the gateway answered HTTP {error.code}") from None
+    except (OSError, ValueError) as error:
+        raise click.ClickException(
+            f"the gateway could not be read ({type(error).__name__})"
+        ) from None
 
 
 @cooldown_cli.command("status")
 @click.argument("provider", required=False)
 @click.option("--model", default=None, help="the upstream model to look up")
 @click.option("--bucket", default=None, help="the configured quota bucket to look up")
-def status_command(provider: str | None, model: str | None, bucket: str | None) -> None:
+@click.option(
+    "--url", default=None, help="a running gateway's status prefix, e.g. http://h:8080/cooldown"
+)
+@click.option("--token", default=None, help=f"the status token (default: {STATUS_TOKEN_ENV})")
+def status_command(
+    provider: str | None,
+    model: str | None,
+    bucket: str | None,
+    url: str | None,
+    token: str | None,
+) -> None:
     """Counters, or PROVIDER's keys by position: ready or cooling, why, for how long."""
+    if url is not None:
+        token = token or os.environ.get(STATUS_TOKEN_ENV)
+        if not token:
+            raise click.UsageError(f"--url needs --token or {STATUS_TOKEN_ENV}")
+        path = "/status" if provider is None else "/status/" + urllib.parse.quote(provider, "")
+        lookup = None if provider is None else {"model": model, "quota_bucket": bucket}
+        click.echo(json.dumps(_from_gateway(url, token, path, lookup), indent=2))
+        return
+    current = settings()
+    if not (current.enabled and current.redis_url):
+        raise click.ClickException(NOWHERE)
     if provider is None:
         click.echo(json.dumps(overview(), indent=2))
         return

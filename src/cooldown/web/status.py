@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import os
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -13,15 +14,13 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from ..config import STATUS_TOKEN_ENV, warn_once
 from ..pools import CredentialPool
-from ..store import model_cooldown
+from .metrics import metrics_response
+from .summary import matrix, overview
 
-__all__ = ["MIN_TOKEN_LENGTH", "overview", "status_blueprint", "status_token"]
+__all__ = ["MIN_TOKEN_LENGTH", "check_token", "status_blueprint", "status_token"]
 
 MIN_TOKEN_LENGTH = 32
-METRICS_MISSING = (
-    "Prometheus metrics need the prometheus_client package: pip install 'model-cooldown[metrics]'\n"
-)
-GAUGES = ("live_observations", "capacity", "overflow_active", "shared", "shared_degraded")
+_EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _PAGE = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
 
@@ -41,24 +40,26 @@ PAGE_POLICY = (
 )
 
 
+def _configured_token(app: Any) -> object:
+    return app.config.get(STATUS_TOKEN_ENV) or os.environ.get(STATUS_TOKEN_ENV)
+
+
+def check_token(app: Any) -> None:
+    """A configured token shorter than 32 characters is a startup error, not a silent 404."""
+    token = _configured_token(app)
+    if token and (not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH):
+        raise ValueError(f"{STATUS_TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters")
+
+
 def status_token() -> str | None:
     """`app.config` first, then the environment; shorter than 32 characters is no token."""
-    token = current_app.config.get(STATUS_TOKEN_ENV) or os.environ.get(STATUS_TOKEN_ENV)
+    token = _configured_token(current_app)
     if not token:
         return None
-    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:  # changed since startup
         warn_once(STATUS_TOKEN_ENV, "%s is malformed (32 characters at least); status is off")
         return None
     return token
-
-
-def overview() -> dict[str, Any]:
-    """The store's counters, and ready/cooling counts per provider for unscoped selection."""
-    providers = {}
-    for provider in CredentialPool.providers():
-        status = CredentialPool.status(provider)
-        providers[provider] = {"ready": status["ready"], "cooling": status["cooling"]}
-    return {**model_cooldown.stats(), "providers": providers}
 
 
 def _authorized(token: str) -> bool:
@@ -68,57 +69,47 @@ def _authorized(token: str) -> bool:
     )
 
 
-def _metrics() -> Response:
-    try:
-        from prometheus_client import CollectorRegistry, generate_latest
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-        from prometheus_client.exposition import CONTENT_TYPE_LATEST
-    except ImportError:
-        return Response(METRICS_MISSING, status=501, mimetype="text/plain")
-    summary = overview()
+def _lookup() -> tuple[str | None, str | None, bool]:
+    """(model, quota bucket, all) from a POST's JSON body, or a GET's query string.
 
-    class Collector:
-        def collect(self) -> Any:
-            for name in GAUGES:
-                yield GaugeMetricFamily(
-                    f"model_cooldown_{name}", name.replace("_", " "), value=float(summary[name])
-                )
-            for name, value in summary.items():
-                if name.endswith("_total"):
-                    yield CounterMetricFamily(
-                        f"model_cooldown_{name.removesuffix('_total')}",
-                        name.replace("_", " "),
-                        value=value,
-                    )
-            keys = GaugeMetricFamily(
-                "model_cooldown_keys",
-                "configured keys by provider and state",
-                labels=["provider", "state"],
-            )
-            for provider, counts in summary["providers"].items():
-                for state in ("ready", "cooling"):
-                    keys.add_metric([provider, state], counts[state])
-            yield keys
-
-    registry = CollectorRegistry()
-    registry.register(Collector())
-    return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+    The page POSTs, so model and bucket names never appear in access logs.
+    """
+    if request.method == "POST":
+        body = request.get_json(silent=True)
+        values: dict[str, Any] = body if isinstance(body, dict) else {}
+    else:
+        values = dict(request.args)
+    model, bucket = values.get("model"), values.get("quota_bucket")
+    everything = values.get("all") in (True, "1", "true")
+    return (
+        model if isinstance(model, str) and model else None,
+        bucket if isinstance(bucket, str) and bucket else None,
+        everything,
+    )
 
 
 def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
-    """`GET <prefix>/` (page), `/status`, `/status/<provider>` and `/metrics`.
+    """`GET <prefix>/` (page), `/status`, `/status/<provider>` (GET or POST) and `/metrics`.
 
     Every data endpoint needs `Authorization: Bearer <MODEL_COOLDOWN_STATUS_TOKEN>`; with no
-    token configured every endpoint answers 404, so the surface does not exist at all.
+    token configured every method and path under the prefix answers 404, so the surface does
+    not exist at all. A configured token shorter than 32 characters is a `ValueError` when
+    the blueprint is registered.
     """
+    if not isinstance(url_prefix, str) or not url_prefix.startswith("/"):
+        raise TypeError("url_prefix must be a str starting with '/'")
     blueprint = Blueprint("cooldown_status", __name__, url_prefix=url_prefix)
+    blueprint.record_once(lambda state: check_token(state.app))
+
+    def route(rule: str, methods: list[str]) -> Callable[[Callable[..., Any]], Any]:
+        return blueprint.route(rule, methods=methods, provide_automatic_options=False)
 
     @blueprint.before_request
     def require_token() -> Response | None:
         token = status_token()
         if token is None:
             return _error(404, "not_found", "Not found.")
-        if request.endpoint == f"{blueprint.name}.page" or _authorized(token):
+        if current_app.view_functions.get(request.endpoint or "") is page or _authorized(token):
             return None
         response = _error(401, "unauthorized", "A valid bearer token is required.")
         response.headers["WWW-Authenticate"] = 'Bearer realm="model-cooldown"'
@@ -130,26 +121,37 @@ def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
-    @blueprint.get("/")
+    @route("/", ["GET"])
     def page() -> Response:
         response = Response(_PAGE, mimetype="text/html")
         response.headers["Content-Security-Policy"] = PAGE_POLICY
         response.headers["Referrer-Policy"] = "no-referrer"
         return response
 
-    @blueprint.get("/status")
+    @route("/status", ["GET"])
     def summary() -> Response:
         return jsonify(overview())
 
-    @blueprint.get("/status/<provider>")
+    @route("/status/<provider>", ["GET", "POST"])
     def provider_status(provider: str) -> Response:
         if not CredentialPool.pooled(provider):
             return _error(404, "unknown_provider", "No such provider is registered.")
-        model = request.args.get("model") or None
-        bucket = request.args.get("quota_bucket") or None
+        model, bucket, everything = _lookup()
+        if everything:
+            return jsonify(matrix(provider))
         return jsonify(CredentialPool.status(provider, model=model, quota_bucket=bucket))
 
-    blueprint.add_url_rule("/metrics", "metrics", _metrics)
+    @route("/metrics", ["GET"])
+    def metrics() -> Response:
+        return metrics_response()
+
+    @route("", _EVERY_METHOD)
+    @route("/", [method for method in _EVERY_METHOD if method not in ("GET", "HEAD")])
+    @route("/<path:anything>", _EVERY_METHOD)
+    def elsewhere(anything: str = "") -> Response:
+        """Any other method or path under the prefix: no 405, no redirect, nothing shown."""
+        return _error(404, "not_found", "Not found.")
+
     return blueprint
 
 

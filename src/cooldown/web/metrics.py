@@ -1,0 +1,200 @@
+"""Prometheus exposition of the counters and gauges, for one process or every gunicorn worker.
+
+With `PROMETHEUS_MULTIPROC_DIR` set (prometheus_client's multiprocess mode), every process
+publishes its values to that directory once a second, and a scrape of any worker answers for
+all of them: counters summed, gauges of shared state (key states) taken once as the maximum,
+per-process gauges (entries held, capacity) summed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from flask import Response
+
+from ..forksafe import new_lock
+from .summary import overview
+
+__all__ = ["MULTIPROCESS_ENV", "PUBLISH_SECONDS", "metrics_response", "publish_when_multiprocess"]
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+PUBLISH_SECONDS = 1.0
+METRICS_MISSING = (
+    "Prometheus metrics need the prometheus_client package: pip install 'model-cooldown[metrics]'\n"
+)
+SUMMED_GAUGES = ("live_observations", "capacity")  # each process holds its own
+SHARED_GAUGES = ("overflow_active", "shared", "shared_degraded")  # the worst process counts
+KEY_STATES = ("ready", "cooling", "cooling_some_models")
+
+
+def _families(summary: dict[str, Any]) -> list[Any]:
+    """The metric families of one summary, as prometheus_client objects."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    families: list[Any] = [
+        GaugeMetricFamily(f"model_cooldown_{name}", name.replace("_", " "), value=summary[name])
+        for name in (*SUMMED_GAUGES, *SHARED_GAUGES)
+    ]
+    families += [
+        CounterMetricFamily(
+            f"model_cooldown_{name.removesuffix('_total')}", name.replace("_", " "), value=value
+        )
+        for name, value in summary.items()
+        if name.endswith("_total")
+    ]
+    keys = GaugeMetricFamily(
+        "model_cooldown_keys", "configured keys by provider and state", labels=["provider", "state"]
+    )
+    scoped = GaugeMetricFamily(
+        "model_cooldown_scoped_cooldowns",
+        "live per-model (or bucket) cooldowns over the provider's keys",
+        labels=["provider"],
+    )
+    for provider, counts in summary["providers"].items():
+        for state in KEY_STATES:
+            keys.add_metric([provider, state], counts[state])
+        scoped.add_metric([provider], counts["scoped_cooldowns"])
+    return [*families, keys, scoped]
+
+
+class _Publisher:
+    """This process's values as multiprocess metrics (files named by its pid)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        registry = CollectorRegistry()  # written to files, collected by MultiProcessCollector
+        self._gauges = {
+            name: Gauge(
+                f"model_cooldown_{name}",
+                name.replace("_", " "),
+                registry=registry,
+                multiprocess_mode="livesum" if name in SUMMED_GAUGES else "livemax",
+            )
+            for name in (*SUMMED_GAUGES, *SHARED_GAUGES)
+        }
+        self._counters: dict[str, Any] = {}
+        self._published: dict[str, float] = {}
+        self._registry = registry
+        self._counter_class = Counter
+        self._keys = Gauge(
+            "model_cooldown_keys",
+            "configured keys by provider and state",
+            ["provider", "state"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self._scoped = Gauge(
+            "model_cooldown_scoped_cooldowns",
+            "live per-model (or bucket) cooldowns over the provider's keys",
+            ["provider"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.lock = new_lock(self)
+
+    def publish(self, summary: dict[str, Any]) -> None:
+        with self.lock:
+            for name, gauge in self._gauges.items():
+                gauge.set(float(summary[name]))
+            for name, value in summary.items():
+                if name.endswith("_total"):
+                    self._count(name, float(value))
+            for provider, counts in summary["providers"].items():
+                for state in KEY_STATES:
+                    self._keys.labels(provider, state).set(counts[state])
+                self._scoped.labels(provider).set(counts["scoped_cooldowns"])
+
+    def _count(self, name: str, value: float) -> None:
+        """Counters only grow: publish what was added since last time (a reset adds nothing)."""
+        counter = self._counters.get(name)
+        if counter is None:
+            counter = self._counters[name] = self._counter_class(
+                f"model_cooldown_{name.removesuffix('_total')}",
+                name.replace("_", " "),
+                registry=self._registry,
+            )
+        added = value - self._published.get(name, 0.0)
+        if added > 0:
+            counter.inc(added)
+        self._published[name] = value
+
+
+_publisher: _Publisher | None = None
+_publishing_pid = 0
+_start_lock = new_lock(sys.modules[__name__], "_start_lock")
+
+
+def _multiprocess() -> bool:
+    if not os.environ.get(MULTIPROCESS_ENV):
+        return False
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def publish_when_multiprocess() -> _Publisher | None:
+    """Start this process's publisher thread once (again in a forked worker); `None` when
+    multiprocess mode is off."""
+    global _publisher, _publishing_pid
+    if not _multiprocess():
+        return None
+    with _start_lock:
+        if _publishing_pid != os.getpid():
+            _publisher = _Publisher()
+            _publishing_pid = os.getpid()
+            threading.Thread(target=_publish_forever, args=(_publisher,), daemon=True).start()
+        return _publisher
+
+
+def _restart_in_child() -> None:
+    """A worker forked from a publishing parent (gunicorn --preload) publishes its own values."""
+    if _publishing_pid:
+        publish_when_multiprocess()
+
+
+os.register_at_fork(after_in_child=_restart_in_child)
+
+
+def _publish_forever(publisher: _Publisher) -> None:
+    pid = os.getpid()
+    while pid == _publishing_pid:
+        with contextlib.suppress(Exception):  # a metrics thread never takes a worker down
+            publisher.publish(overview())
+        time.sleep(PUBLISH_SECONDS)
+
+
+def metrics_response() -> Response:
+    """`GET <prefix>/metrics`: one process's values, or every worker's in multiprocess mode."""
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+    except ImportError:
+        return Response(METRICS_MISSING, status=501, mimetype="text/plain")
+    summary = overview()
+    registry = CollectorRegistry()
+    publisher = publish_when_multiprocess()
+    if publisher is not None:
+        from prometheus_client import multiprocess
+
+        publisher.publish(summary)  # this worker's values are current; the others' a second old
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    else:
+        registry.register(_Collector(summary))
+    # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, once
+    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+class _Collector:
+    def __init__(self, summary: dict[str, Any]) -> None:
+        self._summary = summary
+
+    def collect(self) -> list[Any]:
+        return _families(self._summary)

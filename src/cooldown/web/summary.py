@@ -1,0 +1,64 @@
+"""What the status surface reports: counters, per-provider summaries and the catalog matrix."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from flask import current_app
+
+from ..advice import selection_scope
+from ..config import STATUS_MODELS_ENV, warn_once
+from ..pools import CredentialPool
+from ..store import model_cooldown
+
+__all__ = ["catalog", "matrix", "overview"]
+
+
+def catalog() -> list[str]:
+    """The models and buckets the operator wants in the matrix, in their order.
+
+    `app.config["MODEL_COOLDOWN_STATUS_MODELS"]` (a list of names), else the variable of that
+    name (comma-separated). Names come from the operator, never from the store.
+    """
+    configured = current_app.config.get(STATUS_MODELS_ENV)
+    if configured is None:
+        configured = (os.environ.get(STATUS_MODELS_ENV) or "").split(",")
+    if isinstance(configured, str) or not isinstance(configured, (list, tuple)):
+        warn_once(STATUS_MODELS_ENV, "%s must be a list of names; the matrix is empty")
+        return []
+    names = [name.strip() for name in configured if isinstance(name, str)]
+    return list(dict.fromkeys(name for name in names if name))
+
+
+def overview() -> dict[str, Any]:
+    """The store's counters, and per provider with keys: ready, cooling, cooling some models."""
+    providers = {}
+    for provider in CredentialPool.providers():
+        if not CredentialPool.keys(provider):
+            continue  # a built-in provider this gateway does not use
+        status = CredentialPool.status(provider)
+        providers[provider] = {
+            "ready": status["ready"],
+            "cooling": status["cooling"],
+            "cooling_some_models": status["cooling_some_models"],
+            "scoped_cooldowns": sum(key["scoped_cooldowns"] for key in status["keys"]),
+        }
+    return {**model_cooldown.stats(), "providers": providers}
+
+
+def matrix(provider: str) -> dict[str, Any]:
+    """Every catalog model's view of the provider's keys, computed now, in catalog order."""
+    rows = []
+    for name in catalog():
+        scope = selection_scope(provider, name)  # the app's quota buckets apply
+        status = CredentialPool.status(provider, **scope)
+        rows.append(
+            {
+                "model": name,
+                "ready": status["ready"],
+                "cooling": status["cooling"],
+                "keys": status["keys"],
+            }
+        )
+    return {"provider": provider, "matrix": rows}

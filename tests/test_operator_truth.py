@@ -1,0 +1,261 @@
+"""Operator truth (SPEC §17): per-model cooldowns in every summary, the catalog matrix, the
+alerting metric, the CLI that reads where the state really is, and 404 everywhere."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from flask import Blueprint, Flask
+from flask.testing import FlaskClient
+
+from cooldown import CredentialPool, init_app, model_cooldown, status_blueprint
+
+P = "ce-gpt-pro"
+BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL"
+KEYS = ["sk-truth-one", "sk-truth-two", "sk-truth-three"]
+TOKEN = "truth-token-" + "0123456789" * 3
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def three_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(BASE, KEYS[0])
+    monkeypatch.setenv(f"{BASE}_1", KEYS[1])
+    monkeypatch.setenv(f"{BASE}_2", KEYS[2])
+
+
+@pytest.fixture
+def app(three_keys: None, enabled: None, monkeypatch: pytest.MonkeyPatch) -> Flask:
+    monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", TOKEN)
+    app = Flask("truth")
+    app.config["MODEL_COOLDOWN_STATUS_MODELS"] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1"]
+    app.config["MODEL_COOLDOWN_QUOTA_BUCKETS"] = {P: {"gpt-4o-mini": "mini-tier"}}
+    init_app(app)
+    app.register_blueprint(status_blueprint())
+    return app
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not exposed")
+
+
+def test_per_model_cooldowns_show_in_the_unscoped_summary(client: FlaskClient) -> None:
+    for key in KEYS[:2]:
+        CredentialPool.record(P, key, 429, model="gpt-4o", retry_after_seconds=60)
+    CredentialPool.record(P, KEYS[0], 429, model="o1", retry_after_seconds=60)
+    status = CredentialPool.status(P)
+    assert (status["ready"], status["cooling"], status["cooling_some_models"]) == (3, 0, 2)
+    assert [key["scoped_cooldowns"] for key in status["keys"]] == [2, 1, 0]
+    assert [key["state"] for key in status["keys"]] == ["ready"] * 3  # unscoped: unchanged
+    summary = client.get("/cooldown/status", headers=AUTH).json
+    assert summary is not None
+    assert summary["providers"][P]["cooling_some_models"] == 2
+    assert summary["providers"][P]["scoped_cooldowns"] == 3
+
+
+def test_the_alerting_metric_rises_with_only_per_model_cooldowns(client: FlaskClient) -> None:
+    before = client.get("/cooldown/metrics", headers=AUTH).get_data(as_text=True)
+    some = f'model_cooldown_keys{{provider="{P}",state="cooling_some_models"}}'
+    scoped = f'model_cooldown_scoped_cooldowns{{provider="{P}"}}'
+    assert metric(before, some) == 0
+    CredentialPool.record(P, KEYS[1], 429, model="gpt-4o", retry_after_seconds=60)
+    CredentialPool.record(P, KEYS[1], 429, model="gpt-4.1", retry_after_seconds=60)
+    after = client.get("/cooldown/metrics", headers=AUTH).get_data(as_text=True)
+    assert metric(after, some) == 1
+    assert metric(after, scoped) == 2
+    assert metric(after, f'model_cooldown_keys{{provider="{P}",state="cooling"}}') == 0
+
+
+def test_providers_without_keys_are_left_out_everywhere(client: FlaskClient) -> None:
+    summary = client.get("/cooldown/status", headers=AUTH).json
+    assert summary is not None
+    assert list(summary["providers"]) == [P]
+    metrics = client.get("/cooldown/metrics", headers=AUTH).get_data(as_text=True)
+    assert "ce-gpt-plus" not in metrics
+    assert "ce-image" not in metrics
+
+
+def test_metrics_send_one_content_type_with_one_charset(client: FlaskClient) -> None:
+    answer = client.get("/cooldown/metrics", headers=AUTH)
+    assert answer.headers.getlist("Content-Type") == ["text/plain; version=1.0.0; charset=utf-8"]
+
+
+def test_the_catalog_matrix_in_catalog_order(client: FlaskClient) -> None:
+    CredentialPool.record(P, KEYS[0], 429, model="gpt-4o", retry_after_seconds=60)
+    CredentialPool.record(P, KEYS[2], 429, quota_bucket="mini-tier", retry_after_seconds=60)
+    answer = client.get(f"/cooldown/status/{P}?all=1", headers=AUTH).json
+    assert answer is not None
+    assert answer["provider"] == P
+    assert [row["model"] for row in answer["matrix"]] == ["gpt-4o", "gpt-4o-mini", "gpt-4.1"]
+    assert [(row["ready"], row["cooling"]) for row in answer["matrix"]] == [
+        (2, 1),
+        (2, 1),  # gpt-4o-mini shares the mini-tier bucket the third key is cooling for
+        (3, 0),
+    ]
+    assert [key["state"] for key in answer["matrix"][1]["keys"]] == ["ready", "ready", "cooling"]
+    posted = client.post(f"/cooldown/status/{P}", json={"all": True}, headers=AUTH).json
+    assert posted == answer
+
+
+def test_the_catalog_from_the_environment(
+    client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del app.config["MODEL_COOLDOWN_STATUS_MODELS"]
+    monkeypatch.setenv("MODEL_COOLDOWN_STATUS_MODELS", " o3 , gpt-4o,,o3")
+    answer = client.get(f"/cooldown/status/{P}?all=1", headers=AUTH).json
+    assert answer is not None
+    assert [row["model"] for row in answer["matrix"]] == ["o3", "gpt-4o"]
+
+
+def test_a_post_answers_exactly_as_the_get_does(client: FlaskClient) -> None:
+    CredentialPool.record(P, KEYS[1], 429, model="gpt-4o", now=None)
+    got = client.get(f"/cooldown/status/{P}?model=gpt-4o", headers=AUTH).json
+    posted = client.post(f"/cooldown/status/{P}", json={"model": "gpt-4o"}, headers=AUTH).json
+    assert got == posted
+    assert posted is not None
+    assert posted["keys"][1]["reason"] == "scope"
+    bucket = client.post(f"/cooldown/status/{P}", json={"quota_bucket": "b"}, headers=AUTH)
+    assert bucket.status_code == 200
+
+
+EVERYWHERE = [
+    ("GET", "/cooldown"),
+    ("GET", "/cooldown/"),
+    ("POST", "/cooldown/"),
+    ("PUT", "/cooldown/status"),
+    ("DELETE", f"/cooldown/status/{P}"),
+    ("OPTIONS", "/cooldown/status"),
+    ("PATCH", "/cooldown/metrics"),
+    ("GET", "/cooldown/elsewhere/deep"),
+    ("HEAD", "/cooldown/status"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), EVERYWHERE)
+def test_no_token_means_404_for_every_method_and_path(
+    three_keys: None, method: str, path: str
+) -> None:
+    app = Flask("no-token")
+    init_app(app)
+    app.register_blueprint(status_blueprint())
+    answer = app.test_client().open(path, method=method)
+    assert answer.status_code == 404
+    assert "Allow" not in answer.headers
+    assert "Location" not in answer.headers
+    assert answer.headers["Cache-Control"] == "no-store"
+
+
+@pytest.mark.parametrize(("method", "path"), EVERYWHERE[3:])
+def test_with_a_token_wrong_methods_are_not_found_and_never_cached(
+    client: FlaskClient, method: str, path: str
+) -> None:
+    answer = client.open(path, method=method, headers=AUTH)
+    assert answer.status_code == 404 or (method == "HEAD" and answer.status_code == 200)
+    assert answer.headers["Cache-Control"] == "no-store"
+    assert "Allow" not in answer.headers
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_renamed_or_nested_blueprint_still_opens_its_page(
+    three_keys: None, monkeypatch: pytest.MonkeyPatch, nested: bool
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", TOKEN)
+    app = Flask("nested")
+    if nested:
+        parent = Blueprint("ops", __name__, url_prefix="/ops")
+        parent.register_blueprint(status_blueprint(url_prefix="/cooldown"))
+        app.register_blueprint(parent)
+        prefix = "/ops/cooldown"
+    else:
+        app.register_blueprint(status_blueprint(url_prefix="/status-x"), name="renamed")
+        prefix = "/status-x"
+    client = app.test_client()
+    assert client.get(prefix + "/").status_code == 200
+    assert client.get(prefix + "/status").status_code == 401
+    assert client.get(prefix + "/status", headers=AUTH).status_code == 200
+
+
+def test_the_cli_needs_shared_state_or_a_gateway(app: Flask) -> None:
+    result = app.test_cli_runner().invoke(args=["cooldown", "status", P])
+    assert result.exit_code != 0
+    assert "Cooldowns live in each server process" in result.output
+    assert "--url" in result.output
+
+
+def test_the_cli_reads_a_running_gateway(
+    app: Flask, serve_in_thread: Callable[[Flask], str]
+) -> None:
+    CredentialPool.record(P, KEYS[0], 429, model="gpt-4o", retry_after_seconds=60)
+    url = serve_in_thread(app) + "/cooldown"
+    runner = app.test_cli_runner()
+    model_cooldown.reset()  # what the CLI prints can only come from the server now
+    CredentialPool.record(P, KEYS[2], 429, model="gpt-4o", retry_after_seconds=60)
+    keys = runner.invoke(
+        args=["cooldown", "status", P, "--model", "gpt-4o", "--url", url, "--token", TOKEN]
+    )
+    assert keys.exit_code == 0, keys.output
+    assert [key["state"] for key in json.loads(keys.output)["keys"]] == [
+        "ready",
+        "ready",
+        "cooling",
+    ]
+    summary = runner.invoke(
+        args=["cooldown", "status", "--url", url], env={"MODEL_COOLDOWN_STATUS_TOKEN": TOKEN}
+    )
+    assert summary.exit_code == 0, summary.output
+    assert json.loads(summary.output)["providers"][P]["cooling_some_models"] == 1
+    refused = runner.invoke(args=["cooldown", "status", "--url", url, "--token", "x" * 40])
+    assert refused.exit_code != 0
+    assert "401" in refused.output
+
+
+def test_the_cli_reads_the_shared_state(
+    app: Flask,
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    worker_processes: Callable[..., list],  # type: ignore[type-arg]
+) -> None:
+    import uuid
+
+    import redis
+
+    prefix = f"mc-cli-{uuid.uuid4().hex[:10]}"
+    shared = {
+        "MODEL_COOLDOWN_ENABLED": "true",
+        "MODEL_COOLDOWN_REDIS_URL": redis_url,
+        "MODEL_COOLDOWN_REDIS_SECRET": "cli-secret-" + "x" * 30,
+        "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
+    }
+    try:
+        (server,) = worker_processes(1, {**shared, BASE: KEYS[0], f"{BASE}_1": KEYS[1]})
+        server("record", provider=P, key=KEYS[1], status=429, scope={"model": "gpt-4o"}, now=None)
+        for name, value in shared.items():
+            monkeypatch.setenv(name, value)
+        result = app.test_cli_runner().invoke(args=["cooldown", "status", P, "--model", "gpt-4o"])
+        assert result.exit_code == 0, result.output
+        assert [key["state"] for key in json.loads(result.output)["keys"]] == [
+            "ready",
+            "cooling",
+            "ready",
+        ]
+        unscoped = app.test_cli_runner().invoke(args=["cooldown", "status", P])
+        assert [key["scoped_cooldowns"] for key in json.loads(unscoped.output)["keys"]] == [
+            0,
+            1,
+            0,
+        ]
+    finally:
+        client = redis.Redis.from_url(redis_url)
+        for key in client.scan_iter(f"{{{prefix}}}:*"):
+            client.delete(key)
+        client.close()
