@@ -178,16 +178,14 @@ def metrics_response() -> Response:
         from prometheus_client.exposition import CONTENT_TYPE_LATEST
     except ImportError:
         return Response(METRICS_MISSING, status=501, mimetype="text/plain")
-    summary = overview()
     registry = CollectorRegistry()
-    publisher = publish_when_multiprocess()
-    if publisher is not None:
+    if publish_when_multiprocess() is not None:
         from prometheus_client import multiprocess
 
-        publisher.publish(summary)  # this worker's values are current; the others' a second old
+        # Every worker's values, this one's included, as published in the last second.
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
-        registry.register(_Collector(summary))
+        registry.register(_Collector(overview()))
     # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, once
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 

@@ -1,0 +1,109 @@
+"""`/metrics` under real gunicorn workers in prometheus_client's multiprocess mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import free_port
+
+TOKEN = "multiprocess-token-" + "x" * 20
+APP = textwrap.dedent(
+    """
+    import os
+    from flask import Flask
+    from cooldown import CredentialPool, init_app, status_blueprint
+
+    CredentialPool.register("mp", "MP_KEY")
+    app = Flask("mp")
+    init_app(app)
+    app.register_blueprint(status_blueprint())
+
+
+    @app.post("/bump/<int:number>")
+    def bump(number: int) -> str:
+        CredentialPool.record("mp", "sk-mp", 429, model=f"model-{number}")
+        return str(os.getpid())
+    """
+)
+
+
+@pytest.fixture
+def gunicorn(tmp_path: Path) -> Iterator[str]:
+    (tmp_path / "mp_app.py").write_text(APP)
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    port = free_port()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
+    environment.update(
+        MODEL_COOLDOWN_ENABLED="true",
+        MODEL_COOLDOWN_STATUS_TOKEN=TOKEN,
+        MP_KEY="sk-mp",
+        PROMETHEUS_MULTIPROC_DIR=str(metrics),
+    )
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gunicorn", "-w", "2"),
+            *("-b", f"127.0.0.1:{port}", "--chdir", str(tmp_path), "mp_app:app"),
+        ],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/cooldown/", timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "gunicorn did not start"
+            assert process.poll() is None, "gunicorn exited"
+            time.sleep(0.1)
+    yield url
+    os.kill(process.pid, signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+def scrape(url: str) -> str:
+    request = urllib.request.Request(
+        url + "/cooldown/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def recorded(text: str) -> float:
+    for line in text.splitlines():
+        if line.startswith("model_cooldown_recorded_total "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_counter_incremented_in_both_workers_is_summed_in_one_scrape(gunicorn: str) -> None:
+    per_worker: dict[str, int] = {}
+    for number in range(300):  # a new connection each time: the kernel spreads them
+        request = urllib.request.Request(f"{gunicorn}/bump/{number}", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            pid = answer.read().decode()
+        per_worker[pid] = per_worker.get(pid, 0) + 1
+        if len(per_worker) == 2 and number >= 20:
+            break
+    assert len(per_worker) == 2, "every request reached one worker"
+    total = sum(per_worker.values())
+    deadline = time.monotonic() + 15  # each worker publishes once a second; none on a scrape
+    while recorded(text := scrape(gunicorn)) != total:
+        assert time.monotonic() < deadline, (recorded(text), per_worker)
+        time.sleep(0.2)
+    samples = [line for line in text.splitlines() if line.startswith("model_cooldown_recorded")]
+    assert samples == [f"model_cooldown_recorded_total {float(total)}"]  # one sum, not per pid
+    assert 'model_cooldown_keys{provider="mp",state="cooling_some_models"} 1.0' in text
