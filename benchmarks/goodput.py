@@ -87,6 +87,7 @@ class Strategy:
     read_rate_limit_headers: bool = True
     learn: str = "off"
     affinity: bool = False
+    order: str = "configured"  # wave 1 and 2 dispatched fill-first; wave 3 spreads
 
 
 LEGACY = Strategy("legacy provider-wide rests", enabled=False)
@@ -94,7 +95,8 @@ REACTIVE = Strategy("per-model reactive (wave 1)", read_rate_limit_headers=False
 HEADERS = Strategy("+ rate-limit headers")
 LEARNED = Strategy("+ learned windows", learn="apply")
 AFFINITY = Strategy("+ affinity", learn="apply", affinity=True)
-STRATEGIES = (LEGACY, REACTIVE, HEADERS, LEARNED, AFFINITY)
+SPREAD = Strategy("+ spread order, probes, budgets (wave 3)", learn="apply", order="spread")
+STRATEGIES = (LEGACY, REACTIVE, HEADERS, LEARNED, AFFINITY, SPREAD)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ def _serve(
             model=request.model,
             affinity=request.conversation if strategy.affinity else None,
             now=request.at,
+            order=strategy.order,  # type: ignore[arg-type]
         )
     except ModelCooldownExhausted:
         result.client_429s += 1

@@ -53,12 +53,13 @@ def test_throttled_key_is_skipped_and_all_cooling_answers_429(gateway: tuple[str
     assert post(url, "gpt-a")[0] == 200
     assert dispatches(log) == [("sk-loop-one", "gpt-a", 200)]
 
-    assert post(url, "gpt-a")[0] == 200  # key one throttled: rotated to key two
-    assert dispatches(log)[1:] == [("sk-loop-one", "gpt-a", 429), ("sk-loop-two", "gpt-a", 200)]
+    assert post(url, "gpt-a")[0] == 200  # spread: the key dispatched least recently
+    assert dispatches(log)[1:] == [("sk-loop-two", "gpt-a", 200)]
 
-    status, headers, body = post(url, "gpt-a")  # key one is skipped without a dispatch
-    assert dispatches(log)[3:] == [("sk-loop-two", "gpt-a", 429)]
-    assert status == 429  # no untried key left: the upstream's own 429 is passed on
+    status, headers, body = post(url, "gpt-a")  # both spent: each throttles once, then ours
+    assert dispatches(log)[2:] == [("sk-loop-one", "gpt-a", 429), ("sk-loop-two", "gpt-a", 429)]
+    assert status == 429
+    assert body["error"]["code"] == "model_cooldown"  # type: ignore[index]
     assert 1 <= int(headers["Retry-After"]) <= 60
 
     before = len(dispatches(log))

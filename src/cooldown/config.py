@@ -34,6 +34,7 @@ REDIS_TIMEOUT_ENV = "MODEL_COOLDOWN_REDIS_TIMEOUT_MS"
 LEARN_ENV = "MODEL_COOLDOWN_LEARN"
 STATUS_TOKEN_ENV = "MODEL_COOLDOWN_STATUS_TOKEN"
 STATUS_MODELS_ENV = "MODEL_COOLDOWN_STATUS_MODELS"
+LEASE_SECONDS_ENV = "MODEL_COOLDOWN_LEASE_SECONDS"
 
 FORWARDED_ENV: tuple[str, ...] = (
     ENABLED_ENV,
@@ -44,6 +45,7 @@ FORWARDED_ENV: tuple[str, ...] = (
     REDIS_TIMEOUT_ENV,
     LEARN_ENV,
     STATUS_TOKEN_ENV,
+    LEASE_SECONDS_ENV,
     STATUS_MODELS_ENV,
 )
 """The settings a container environment allowlist must forward for the feature to work."""
@@ -57,6 +59,8 @@ LearnMode: TypeAlias = Literal["off", "shadow", "apply"]
 LEARN_MODES: tuple[LearnMode, ...] = ("off", "shadow", "apply")
 
 DEFAULT_MAX_SECONDS = 3600
+DEFAULT_LEASE_SECONDS = 300
+LONGEST_LEASE_SECONDS = 3600
 LARGEST_MAX_SECONDS = 2_147_483_647
 DEFAULT_REDIS_PREFIX = "model-cooldown"
 DEFAULT_REDIS_TIMEOUT_MS = 100
@@ -80,6 +84,7 @@ class CooldownSettings:
     redis_prefix: str = DEFAULT_REDIS_PREFIX
     redis_timeout_ms: int = DEFAULT_REDIS_TIMEOUT_MS
     learn: LearnMode = "off"
+    lease_seconds: int = DEFAULT_LEASE_SECONDS
 
 
 class _Malformed(ValueError):
@@ -209,6 +214,7 @@ def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
         enabled=enabled,
         max_seconds=max_seconds,
         learn=_parse_learn(values[LEARN_ENV]),
+        lease_seconds=_parse_lease(values[LEASE_SECONDS_ENV]),
         **_sharing(values),
     )
 
@@ -220,6 +226,17 @@ def _parse_learn(raw: str | None) -> LearnMode:
             return mode
     warn_once(LEARN_ENV, "%s is malformed; windows are not learned")
     return "off"
+
+
+def _parse_lease(raw: str | None) -> int:
+    """How long an attempt counts as in flight at most; malformed: the default, one warning."""
+    try:
+        return _parse_whole_number(
+            raw, LEASE_SECONDS_ENV, DEFAULT_LEASE_SECONDS, LONGEST_LEASE_SECONDS
+        )
+    except _Malformed:
+        warn_once(LEASE_SECONDS_ENV, "%s is malformed; leases last the default 300 s")
+        return DEFAULT_LEASE_SECONDS
 
 
 def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:

@@ -15,7 +15,13 @@ from datetime import datetime, timedelta, timezone
 
 from .headers import Headers, lowered_headers
 
-__all__ = ["go_duration_seconds", "rate_limit_advice", "rfc3339_timestamp", "spent_window_reset"]
+__all__ = [
+    "go_duration_seconds",
+    "rate_limit_advice",
+    "request_budget",
+    "rfc3339_timestamp",
+    "spent_window_reset",
+]
 
 EPOCH_THRESHOLD = 1e9
 """Reset values above this many seconds (about 31 years) are absolute Unix times."""
@@ -107,15 +113,18 @@ def _from_epoch(seconds: float | None, received_at: float) -> float | None:
     return _finite(max(0.0, seconds - received_at))
 
 
+def _openai_reset(value: object, received_at: float) -> float | None:
+    """A Unix time (above 10^9), else a Go duration or plain seconds."""
+    reset = _from_epoch(_plain_seconds(value), received_at)
+    return go_duration_seconds(value) if reset is None else reset
+
+
 def spent_window_reset(lowered: dict[str, object], received_at: float) -> float | None:
     """Seconds until the latest spent window resets, from headers keyed by lower-case name."""
     resets: list[float] = []
     for kind in _OPENAI_KINDS:
         if _spent(lowered.get(f"x-ratelimit-remaining-{kind}")):
-            reset_value = lowered.get(f"x-ratelimit-reset-{kind}")
-            reset = _from_epoch(_plain_seconds(reset_value), received_at)
-            if reset is None:
-                reset = go_duration_seconds(reset_value)
+            reset = _openai_reset(lowered.get(f"x-ratelimit-reset-{kind}"), received_at)
             if reset is not None:
                 resets.append(reset)
     for kind in _ANTHROPIC_KINDS:
@@ -128,6 +137,34 @@ def spent_window_reset(lowered: dict[str, object], received_at: float) -> float 
         if reset is not None:
             resets.append(reset)
     return max(resets) if resets else None
+
+
+def _count(value: object) -> int | None:
+    if not isinstance(value, str) or len(value) > _LONGEST_VALUE:
+        return None
+    text = value.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
+def request_budget(lowered: dict[str, object], received_at: float) -> tuple[int, float] | None:
+    """(requests remaining, seconds until the window resets) when a provider says both and
+    some are left; requests are what a budget counts (token counters only matter when spent).
+    """
+    found: list[tuple[int, float]] = []
+    remaining = _count(lowered.get("x-ratelimit-remaining-requests"))
+    reset = _openai_reset(lowered.get("x-ratelimit-reset-requests"), received_at)
+    if remaining is not None and reset is not None:
+        found.append((remaining, reset))
+    remaining = _count(lowered.get("anthropic-ratelimit-requests-remaining"))
+    moment = rfc3339_timestamp(lowered.get("anthropic-ratelimit-requests-reset"))
+    if remaining is not None and moment is not None:
+        found.append((remaining, max(0.0, moment - received_at)))
+    remaining = _count(lowered.get("ratelimit-remaining"))
+    reset = _from_epoch(_plain_seconds(lowered.get("ratelimit-reset")), received_at)
+    if remaining is not None and reset is not None:
+        found.append((remaining, reset))
+    live = [budget for budget in found if budget[0] > 0 and budget[1] > 0]
+    return min(live) if live else None
 
 
 def rate_limit_advice(headers: Headers | None, *, received_at: float | None = None) -> float | None:

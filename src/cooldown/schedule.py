@@ -19,6 +19,7 @@ class DeadlineSchedule:
 
     __slots__ = (
         "_due",
+        "_expired",
         "_expiry",
         "_forget",
         "_scheduled",
@@ -30,13 +31,19 @@ class DeadlineSchedule:
         "recorded_total",
     )
 
-    def __init__(self, capacity: int, forget: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        forget: Callable[[bytes], None],
+        expired: Callable[[bytes], None] = lambda entry: None,
+    ) -> None:
         self.capacity = capacity
         self.deadlines: dict[bytes, float] = {}
         self._expiry: list[float] = []  # distinct deadlines, a min-heap
         self._due: dict[float, bytes | list[bytes]] = {}  # deadline -> the entries due then
         self._scheduled = 0  # entries listed in _due, stale ones included
         self._forget = forget
+        self._expired = expired  # hears of entries that left because their deadline passed
         self.latest = 0.0  # no live deadline is later: truncation needs no scan below it
         self.overflow_until = 0.0  # the capacity guard: new entries were refused until then
         self.recorded_total = 0
@@ -73,6 +80,7 @@ class DeadlineSchedule:
                 if deadlines.get(entry) == deadline:
                     del deadlines[entry]
                     self._forget(entry)
+                    self._expired(entry)
         if self.overflow_until and self.overflow_until <= now:
             self.overflow_until = 0.0
         if self.latest > now + max_seconds:

@@ -6,13 +6,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
+from .admission import Admission, Load
 from .arguments import bounded_max_seconds, finite_number, require_keys, require_str, resolve_now
 from .backend import Sharing, shared_releases
 from .digests import PreparedHmac, credential_message, frame, scope_message
 
-__all__ = ["Lookup", "Reason", "explain_keys", "gather", "scan"]
+__all__ = ["Lookup", "Reason", "admissible", "explain_keys", "gather", "scan"]
 
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
+_NO_LOAD = Load(0, True, math.inf, 0.0)  # configured order: every key weighs the same
 
 Lookup: TypeAlias = tuple[
     int,  # ceiling: the call's maximum, bounded
@@ -123,3 +125,38 @@ def explain_keys(
         else:
             explained.append((None, 0.0))
     return explained
+
+
+def admissible(
+    deadlines: Mapping[bytes, float],
+    digest: PreparedHmac,
+    admission: Admission,
+    lookup: Lookup,
+    now: float,
+    *,
+    spread: bool,
+) -> tuple[list[tuple[str, bytes, bytes]], float]:
+    """The keys a dispatch may use now, as (key, credential digest, entry), in the order
+    asked for; and the earliest moment another key is free (a release, a budget's reset, or
+    one second for a probe in flight)."""
+    _, provider_frame, keys, scope, legacy, _, _, _ = lookup
+    assert scope is not None  # dispatch admits on the scoped path only
+    scope_digest = digest(scope)
+    free: list[tuple[Load, int, str, bytes, bytes]] = []
+    earliest = math.inf
+    for position, key in enumerate(keys):
+        credential = digest(credential_message(provider_frame, require_str(key, "each key")))
+        entry = credential + scope_digest
+        release = max(deadlines.get(credential, 0.0), deadlines.get(entry, 0.0))
+        if key in legacy:
+            release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
+        if release <= now:
+            release = admission.held(entry, credential, now)
+        if release <= now:
+            load = admission.load(entry, now) if spread else _NO_LOAD
+            free.append((load, position, key, credential, entry))
+        elif release < earliest:
+            earliest = release
+    if spread:
+        free.sort(key=lambda item: (item[0], item[1]))
+    return [(key, credential, entry) for _, _, key, credential, entry in free], earliest

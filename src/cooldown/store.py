@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, NoReturn, TypeVar
 
+from .admission import Admission, Attempt
 from .arguments import (
     bounded_max_seconds,
     delay,
@@ -23,12 +24,41 @@ from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .forksafe import new_lock
 from .outcome import UpstreamOutcome
 from .schedule import DeadlineSchedule
-from .selection import explain_keys, gather, scan
+from .selection import admissible, explain_keys, gather, scan
 
-__all__ = ["MAX_ENTRIES", "SCOPES_PER_CREDENTIAL", "ModelCooldown", "model_cooldown"]
+__all__ = [
+    "MAX_ENTRIES",
+    "ORDERS",
+    "SCOPES_PER_CREDENTIAL",
+    "Attempt",
+    "ModelCooldown",
+    "Order",
+    "model_cooldown",
+]
 
 MAX_ENTRIES = 10000
 _Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
+Order = Literal["configured", "spread"]
+ORDERS: tuple[Order, ...] = ("configured", "spread")
+
+
+class Claim:
+    """What `admit` asks `_choose` to take under its lock: the first free key not excluded."""
+
+    def __init__(self, exclude: frozenset[str], lease: float) -> None:
+        self.exclude = exclude
+        self.lease = lease
+        self.taken: tuple[str, Attempt] | None = None
+
+    def take(
+        self, admitted: Sequence[tuple[str, bytes, bytes]], admission: Admission, now: float
+    ) -> None:
+        for key, credential, entry in admitted:
+            if key not in self.exclude:
+                self.taken = (key, admission.start(entry, credential, now, self.lease))
+                return
+
+
 _LOCAL_ONLY = {"shared": False, "shared_errors_total": 0, "shared_degraded": False}
 
 
@@ -95,8 +125,11 @@ class ModelCooldown:
         self._digest = PreparedHmac(secrets.token_bytes(32) if secret is None else secret)
         self._lock = new_lock(self)
         self._budget = ScopeBudget(min(SCOPES_PER_CREDENTIAL, max(1, scopes_per_credential)))
+        self._admission = Admission()  # guarded by self._lock too
         self._schedule = DeadlineSchedule(
-            min(MAX_ENTRIES, max(1, max_entries)), forget=self._budget.removed
+            min(MAX_ENTRIES, max(1, max_entries)),
+            forget=self._budget.removed,
+            expired=self._admission.released,
         )
         self._deadlines = self._schedule.deadlines  # read directly on the hot path
         self._escalated_total = 0
@@ -137,14 +170,20 @@ class ModelCooldown:
         fallback_seconds: float = 60,
         max_seconds: int = 3600,
         now: float | None = None,
+        sent_at: float | None = None,
     ) -> float | None:
-        """Store what one attempt proved about a credential; return the entry's deadline."""
+        """Store what one attempt proved about a credential; return the entry's deadline.
+
+        A success clears a scope's cooldown only when its attempt started (`sent_at`,
+        default: now) after that cooldown was recorded: a stale 200 never reopens a key.
+        """
         parts = _entry_parts(
             provider, credential, outcome, model, quota_bucket, credential_wide_auth
         )
         fallback = finite_number(fallback_seconds, "fallback_seconds")
         ceiling = bounded_max_seconds(max_seconds)
         given_now = None if now is None else resolve_now(now)  # a bad clock fails first
+        started = None if sent_at is None else resolve_now(sent_at)
         health = outcome.credential_health
         cooling = delay(retry_after_seconds, fallback, ceiling)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
@@ -155,11 +194,16 @@ class ModelCooldown:
             if health == "accepted":
                 deadline = None
                 if self._deadlines:  # an empty table has nothing to clear: skip the digests
-                    self._schedule.discard(b"".join(map(self._digest, parts)))
+                    entry = b"".join(map(self._digest, parts))
+                    if started is not None and self._admission.stale(entry, started):
+                        return None  # sent before the throttle: it proves nothing now
+                    self._schedule.discard(entry)
             else:
                 entry, deadline = self._store(
                     b"".join(map(self._digest, parts)), current_time + cooling
                 )
+                if len(entry) > DIGEST_SIZE:
+                    self._admission.throttled(entry, current_time)
                 parts = parts[: len(entry) // DIGEST_SIZE]  # one part less when escalated
         sharing = self._shared
         if sharing is not None:
@@ -197,26 +241,46 @@ class ModelCooldown:
         max_seconds: int,
         now: float | None,
         legacy_rest_until: Mapping[str, float] | None,
+        order: Order = "configured",
+        claim: Claim | None = None,
     ) -> list[str]:
-        """The shared body of `available`, `eligible` and `select` (which stops at one key)."""
-        ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow = gather(
+        """The shared body of `available`, `eligible`, `select` (which stops at one key) and
+        `admit` (which also counts the chosen key in flight, under the same lock)."""
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}")
+        lookup = gather(
             self._shared, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
         )
+        ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow = lookup
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
+            lookup = (ceiling, provider_frame, keys, scope, legacy, given_now, shared, 0.0)
+        spread = order == "spread" and scope is not None
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
-            free, earliest = scan(
-                self._deadlines,
-                self._digest,
-                provider_frame,
-                keys,
-                scope,
-                legacy,
-                current_time,
-                first_only=mode == "select",
-            )
+            admitted: list[tuple[str, bytes, bytes]] = []
+            if spread or (claim is not None and scope is not None):
+                admitted, earliest = admissible(
+                    self._deadlines,
+                    self._digest,
+                    self._admission,
+                    lookup,
+                    current_time,
+                    spread=spread,
+                )
+                free = [key for key, _, _ in admitted]
+            else:
+                free, earliest = scan(
+                    self._deadlines,
+                    self._digest,
+                    provider_frame,
+                    keys,
+                    scope,
+                    legacy,
+                    current_time,
+                    first_only=mode == "select",
+                )
             if keys and not free and mode != "available":
                 self._exhausted_total += 1
                 raise ModelCooldownExhausted(retry_after(earliest, current_time, ceiling))
@@ -224,7 +288,59 @@ class ModelCooldown:
             if free and overflow > current_time:  # an empty result never raises this
                 self._capacity_rejections_total += 1
                 raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
+            if claim is not None:
+                claim.take(admitted, self._admission, current_time)
             return free
+
+    def admit(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "spread",
+        exclude: Collection[str] = (),
+        lease_seconds: float = 300.0,
+    ) -> tuple[str, Attempt] | None:
+        """Choose a key for one dispatch and count it in flight, in one step, so no two
+        dispatches take the same probe. `None` when every free key is in `exclude`; the 429
+        (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
+        if scope_message(model, quota_bucket) is None:
+            raise ValueError("admit needs a model or a quota bucket")
+        claim = Claim(frozenset(exclude), finite_number(lease_seconds, "lease_seconds"))
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        self._choose("eligible", *args, order=order, claim=claim)
+        return claim.taken
+
+    def finish(self, attempt: Attempt, *, served: bool) -> None:
+        """The attempt's answer is recorded (or it failed): it is no longer in flight."""
+        with self._lock:
+            self._admission.finish(attempt, served=served, credential=attempt.entry[:DIGEST_SIZE])
+
+    def record_budget(
+        self,
+        provider: str,
+        credential: str,
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        remaining: int,
+        reset_seconds: float,
+        now: float | None = None,
+    ) -> None:
+        """A provider said `remaining` requests are left until its window resets."""
+        scope = scope_message(model, quota_bucket)
+        if scope is None:
+            return
+        message = credential_message(frame(require_str(provider, "provider")), credential)
+        current_time = resolve_now(now)
+        entry = self._digest(message) + self._digest(scope)
+        with self._lock:
+            self._admission.budget(entry, remaining, current_time + reset_seconds)
 
     def explain(
         self,
@@ -292,10 +408,11 @@ class ModelCooldown:
         max_seconds: int = 3600,
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
     ) -> list[str]:
-        """The keys not cooling for this scope, in the given order."""
+        """The keys not cooling for this scope, in the given order (or spread, §15)."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        return self._choose("available", *args)
+        return self._choose("available", *args, order=order)
 
     def eligible(
         self,
@@ -307,10 +424,11 @@ class ModelCooldown:
         max_seconds: int = 3600,
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
     ) -> list[str]:
         """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        return self._choose("eligible", *args)
+        return self._choose("eligible", *args, order=order)
 
     def select(
         self,
@@ -322,10 +440,11 @@ class ModelCooldown:
         max_seconds: int = 3600,
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
     ) -> str | None:
         """The first key not cooling; `None` without keys; a 429 when every key cools."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        free = self._choose("select", *args)
+        free = self._choose("select", *args, order=order)
         return free[0] if free else None
 
     # -- sharing ------------------------------------------------------------------------------
@@ -376,6 +495,7 @@ class ModelCooldown:
         with self._lock:
             self._schedule.clear()
             self._budget.clear()
+            self._admission.clear()
             self._escalated_total = 0
             self._exhausted_total = 0
             self._capacity_rejections_total = 0

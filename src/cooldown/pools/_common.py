@@ -124,6 +124,7 @@ def store_evidence(
     fallback_seconds: float,
     current: CooldownSettings,
     now: float,
+    sent_at: float | None = None,
 ) -> float | None:
     """Record one scoped observation in the store; hold no pool lock (it may reach Redis).
 
@@ -152,6 +153,7 @@ def store_evidence(
         fallback_seconds=fallback_seconds,
         max_seconds=current.max_seconds,
         now=now,
+        sent_at=sent_at,
     )
 
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
-from ..advice import QuotaBuckets, selection_scope
+from ..advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
 from ..arguments import require_keys, resolve_now
 from ..forksafe import new_lock
-from ..headers import header_value
+from ..headers import Headers, header_value, lowered_headers
 from ..outcome import UpstreamOutcome
+from ..ratelimit import request_budget
 from ..status import PoolStatus, keys_status
-from ..store import model_cooldown
+from ..store import Attempt, Order, model_cooldown
 from ._common import (
     ScopedRecording,
     by_affinity,
@@ -35,6 +37,11 @@ _Response = TypeVar("_Response")
 AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
 ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
+
+
+def _keyed(key: str | None) -> tuple[str, None] | None:
+    """A legacy selection as an admission with nothing to end."""
+    return None if key is None else (key, None)
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -110,8 +117,10 @@ class CredentialPool:
         outcome: UpstreamOutcome | None = None,
         credential_wide_auth: bool | None = None,
         retry_after_seconds: float | None = None,
+        sent_at: float | None = None,
     ) -> None:
-        """Learn from one upstream answer made with `key`."""
+        """Learn from one upstream answer made with `key`; `sent_at` is when its request
+        started (monotonic; default now), so a success sent before a throttle reopens nothing."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
         current = scoped_settings(model, quota_bucket)
@@ -136,6 +145,7 @@ class CredentialPool:
             ),
             current=current,
             now=current_time,
+            sent_at=sent_at,
         )
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
@@ -192,10 +202,11 @@ class CredentialPool:
         model: str | None = None,
         quota_bucket: str | None = None,
         affinity: str | None = None,
+        order: Order = "configured",
     ) -> list[str]:
-        """The keys free for this call, in configured (or affinity) order; may be empty."""
+        """The keys free for this call, in configured (affinity, or spread) order; may be empty."""
         return cls._filter(
-            provider, keys, now, model, quota_bucket, affinity, raise_when_empty=False
+            provider, keys, now, model, quota_bucket, affinity, order, raise_when_empty=False
         )
 
     @classmethod
@@ -208,10 +219,11 @@ class CredentialPool:
         model: str | None = None,
         quota_bucket: str | None = None,
         affinity: str | None = None,
+        order: Order = "configured",
     ) -> list[str]:
         """`available`, except that a scoped all-cooling pool raises the 429 `select` would."""
         return cls._filter(
-            provider, keys, now, model, quota_bucket, affinity, raise_when_empty=True
+            provider, keys, now, model, quota_bucket, affinity, order, raise_when_empty=True
         )
 
     @classmethod
@@ -223,6 +235,7 @@ class CredentialPool:
         model: str | None,
         quota_bucket: str | None,
         affinity: str | None,
+        order: Order,
         *,
         raise_when_empty: bool,
     ) -> list[str]:
@@ -242,6 +255,7 @@ class CredentialPool:
             max_seconds=max_seconds,
             now=current_time,
             legacy_rest_until=rests,
+            order=order,
         )
         return by_affinity(free, affinity)
 
@@ -254,6 +268,7 @@ class CredentialPool:
         model: str | None = None,
         quota_bucket: str | None = None,
         affinity: str | None = None,
+        order: Order = "configured",
     ) -> str | None:
         """The key to dispatch with, or `None` when none is configured.
 
@@ -281,6 +296,7 @@ class CredentialPool:
             max_seconds=max_seconds,
             now=current_time,
             legacy_rest_until=rests,
+            order=order,
         )
 
     @classmethod
@@ -294,6 +310,7 @@ class CredentialPool:
         affinity: str | None = None,
         quota_buckets: QuotaBuckets | None = None,
         now: float | None = None,
+        order: Order = "spread",
     ) -> _Response | None:
         """Select, `send(key)`, record, and rotate to an untried key after a key problem.
 
@@ -306,7 +323,7 @@ class CredentialPool:
         `async def send` goes to `adispatch`.
         """
         refuse_coroutine_function(send)
-        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now)
+        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now, order)
         return rotate(steps, send)
 
     @classmethod
@@ -320,13 +337,14 @@ class CredentialPool:
         affinity: str | None = None,
         quota_buckets: QuotaBuckets | None = None,
         now: float | None = None,
+        order: Order = "spread",
     ) -> _Response | None:
         """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp).
 
         The same loop and rules as `dispatch`. With Redis sharing on, every step that may
         reach Redis runs in a worker thread, so the event loop never waits on it.
         """
-        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now)
+        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now, order)
         return await arotate(steps, send, offload=shared_state_configured())
 
     @classmethod
@@ -338,17 +356,95 @@ class CredentialPool:
         affinity: str | None,
         quota_buckets: QuotaBuckets | None,
         now: float | None,
+        order: Order,
     ) -> Steps:
         scope = selection_scope(provider, model, quota_buckets=quota_buckets)
         if quota_bucket is not None and scope:
             scope["quota_bucket"] = quota_bucket
+        if scoped_settings(scope.get("model"), scope.get("quota_bucket")) is None:
+            return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
+                first=lambda: _keyed(cls.select(provider, affinity=affinity, now=now, **scope)),
+                rest=lambda tried: _keyed(
+                    next(
+                        (
+                            key
+                            for key in cls.available(provider, affinity=affinity, now=now, **scope)
+                            if key not in tried
+                        ),
+                        None,
+                    )
+                ),
+                record=lambda admitted, status, headers, evidence: cls.record(
+                    provider, admitted[0], status, now=now, **scope, **evidence
+                ),
+                finish=lambda admitted, served: None,
+            )
         return rotation(
-            first=lambda: cls.select(provider, affinity=affinity, now=now, **scope),
-            rest=lambda: cls.eligible(provider, affinity=affinity, now=now, **scope),
-            record=lambda key, status, evidence: cls.record(
-                provider, key, status, now=now, **scope, **evidence
+            first=lambda: cls._admit(provider, scope, affinity, order, set(), now),
+            rest=lambda tried: cls._admit(provider, scope, affinity, order, tried, now),
+            record=lambda admitted, status, headers, evidence: cls._record_attempt(
+                provider, scope, admitted, status, headers, evidence, now
             ),
+            finish=lambda admitted, served: model_cooldown.finish(admitted[1], served=served),
         )
+
+    @classmethod
+    def _admit(
+        cls,
+        provider: str,
+        scope: SelectionScope,
+        affinity: str | None,
+        order: Order,
+        tried: set[str],
+        now: float | None,
+    ) -> tuple[str, Attempt] | None:
+        """The next key for a scoped dispatch, counted in flight (SPEC §15)."""
+        current = scoped_settings(scope.get("model"), scope.get("quota_bucket"))
+        candidates = cls.keys(provider)
+        if current is None or not candidates:
+            return None
+        current_time = resolve_now(now)
+        rests = cls._legacy.live(provider, candidates, current_time)
+        if check_affinity(affinity) is not None:  # rendezvous order, skipping keys not free
+            candidates, order = by_affinity(candidates, affinity), "configured"
+        return model_cooldown.admit(
+            provider,
+            candidates,
+            model=scope.get("model"),
+            quota_bucket=scope.get("quota_bucket"),
+            max_seconds=current.max_seconds,
+            now=current_time,
+            legacy_rest_until=rests,
+            order=order,
+            exclude=tried,
+            lease_seconds=current.lease_seconds,
+        )
+
+    @classmethod
+    def _record_attempt(
+        cls,
+        provider: str,
+        scope: SelectionScope,
+        admitted: tuple[str, Attempt],
+        status: int,
+        headers: Headers,
+        evidence: RecordingContext,
+        now: float | None,
+    ) -> None:
+        """Record the answer as of the attempt's start; keep the budget its headers announce."""
+        key, attempt = admitted
+        cls.record(provider, key, status, now=now, **scope, **evidence, sent_at=attempt.started)
+        budget = request_budget(lowered_headers(headers), time.time())
+        if budget is not None:
+            model_cooldown.record_budget(
+                provider,
+                key,
+                model=scope.get("model"),
+                quota_bucket=scope.get("quota_bucket"),
+                remaining=budget[0],
+                reset_seconds=budget[1],
+                now=now,
+            )
 
     @classmethod
     def status(

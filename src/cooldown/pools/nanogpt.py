@@ -80,8 +80,12 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         outcome: UpstreamOutcome | None = None,
         credential_wide_auth: bool | None = None,
         retry_after_seconds: float | None = None,
+        sent_at: float | None = None,
     ) -> None:
-        """Learn from a dispatched request; counts it against the active key's budget."""
+        """Learn from a dispatched request; counts it against the active key's budget.
+
+        `sent_at` (monotonic, default now): when the request started; a success sent before
+        a throttle was recorded reopens nothing."""
         cls._observe(
             key,
             status,
@@ -94,6 +98,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             outcome=outcome,
             credential_wide_auth=credential_wide_auth,
             retry_after_seconds=retry_after_seconds,
+            sent_at=sent_at,
         )
 
     @classmethod
@@ -110,6 +115,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         outcome: UpstreamOutcome | None = None,
         credential_wide_auth: bool | None = None,
         retry_after_seconds: float | None = None,
+        sent_at: float | None = None,
     ) -> None:
         """Stop using `key` after a rejection; legacy clears it as active whatever the status."""
         cls._observe(
@@ -124,6 +130,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             outcome=outcome,
             credential_wide_auth=credential_wide_auth,
             retry_after_seconds=retry_after_seconds,
+            sent_at=sent_at,
         )
 
     @classmethod
@@ -141,6 +148,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         outcome: UpstreamOutcome | None,
         credential_wide_auth: bool | None,
         retry_after_seconds: float | None,
+        sent_at: float | None,
     ) -> None:
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
@@ -164,6 +172,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
                 fallback_seconds=evidence.fallback(rejected=ttl, otherwise=throttle_seconds),
                 current=current,
                 now=current_time,
+                sent_at=sent_at,
             )
         with cls._lock:
             if current is None and (not count_request or is_nanogpt_credential_rejection(status)):

@@ -25,8 +25,14 @@ Steps = Generator[str, Any, Any]
 """Yields the key to send with next; receives that attempt's response; returns the answer."""
 
 
+Admitted = tuple[str, Any]
+"""A key to send with, and what must be ended when its attempt is over (or `None`)."""
+
+
 class Record(Protocol):
-    def __call__(self, key: str, status: int, evidence: RecordingContext) -> None: ...
+    def __call__(
+        self, admitted: Admitted, status: int, headers: Headers, evidence: RecordingContext
+    ) -> None: ...
 
 
 def response_status(response: object) -> int:
@@ -45,40 +51,45 @@ def response_headers(response: object) -> Headers:
 
 def rotation(
     *,
-    first: Callable[[], str | None],
-    rest: Callable[[], list[str]],
+    first: Callable[[], Admitted | None],
+    rest: Callable[[set[str]], Admitted | None],
     record: Record,
+    finish: Callable[[Admitted, bool], None],
 ) -> Steps:
     """Every key at most once; the answer when it is not a key problem.
 
-    `rest` is the pool's `eligible`: on the scoped path it raises `ModelCooldownExhausted`
-    when every key now cools, and that 429 replaces the last throttle or auth rejection
-    (the client's own credentials are not what failed). Otherwise, when keys run out, the
-    last response is the answer.
+    `first` and `rest` admit a key (on the scoped path they count it in flight); `finish`
+    ends each attempt whatever happens (`send` raising, the caller leaving, a 429 raised).
+    `rest(tried)` is the pool's next admission: on the scoped path it raises
+    `ModelCooldownExhausted` when every key now cools, and that 429 replaces the last throttle
+    or auth rejection (the client's own credentials are not what failed); `None` when the
+    free keys were all tried, and then the last response is the answer.
     """
-    key = first()  # a CooldownError here propagates: nothing has been sent
-    if key is None:
-        return None
+    admitted = first()  # a CooldownError here propagates: nothing has been sent
     tried: set[str] = set()
-    while True:
+    while admitted is not None:
+        key = admitted[0]
         tried.add(key)
-        response = yield key
-        status = response_status(response)
-        evidence = recording_context(status, response_headers(response))
-        record(key, status, evidence)
-        outcome = evidence.get("outcome") or classify_status(status)
-        served = outcome.provider_health == "success"  # even if its window is now spent
+        served = False
+        try:
+            response = yield key
+            status = response_status(response)
+            headers = response_headers(response)
+            evidence = recording_context(status, headers)
+            record(admitted, status, headers, evidence)
+            outcome = evidence.get("outcome") or classify_status(status)
+            served = outcome.provider_health == "success"  # even if its window is now spent
+        finally:
+            finish(admitted, served)
         if served or outcome.credential_health not in ("throttled", "rejected"):
             return response
         try:
-            free = rest()
+            admitted = rest(tried)
         except ModelCooldownExhausted:
             raise
         except CooldownError:  # a capacity guard: some key is free, this answer stands
             return response
-        key = next((candidate for candidate in free if candidate not in tried), None)
-        if key is None:
-            return response
+    return response if tried else None
 
 
 def _advance(steps: Steps, response: object) -> tuple[bool, Any]:

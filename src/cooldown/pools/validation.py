@@ -149,6 +149,7 @@ class ValidatedKeyPool:
         fallback_seconds: float,
         current: CooldownSettings,
         now: float,
+        sent_at: float | None = None,
     ) -> None:
         """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth."""
         deadline = store_evidence(
@@ -161,6 +162,7 @@ class ValidatedKeyPool:
             fallback_seconds=fallback_seconds,
             current=current,
             now=now,
+            sent_at=sent_at,
         )
         if evidence.rejected_wide and deadline is not None:
             with cls._lock:

@@ -1,0 +1,170 @@
+"""Attempts in flight, one probe after a release, and providers' request budgets (SPEC §15).
+
+Pure bookkeeping over digests and the caller's monotonic `now`, guarded by the store's lock
+(the store calls it only while holding that lock). Everything here is bounded: leases expire,
+budgets end at their reset, and the maps that only order keys are capped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import NamedTuple, TypeVar
+
+__all__ = ["Admission", "Attempt", "Load"]
+
+_Value = TypeVar("_Value")
+
+MAX_TRACKED = 10000
+"""Entries each ordering or marking map may hold; beyond it the oldest are dropped (they only
+order keys or mark a release: dropping one costs at most one extra concurrent dispatch)."""
+RECENT_THROTTLES = 1024
+"""Throttle times kept to tell a stale success from a fresh one."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One dispatch in flight: the key's entries, when it started, whether it is the probe."""
+
+    token: int
+    entry: bytes  # credential digest + scope digest
+    started: float
+    probe: bool
+
+
+class Load(NamedTuple):
+    """How busy a free key is for a scope; sorts fewest in flight, then budgeted, soonest
+    reset, least recently dispatched."""
+
+    in_flight: int
+    unbudgeted: bool
+    reset: float
+    last_dispatch: float
+
+
+class Admission:
+    """In-flight counts per (credential, scope) with expiring leases; the probe claim after a
+    cooldown ends; request budgets from rate-limit headers."""
+
+    def __init__(self) -> None:
+        self._next_token = 0
+        self._leases: dict[int, tuple[bytes, float]] = {}  # token -> (entry, lease deadline)
+        self._lease_expiry: list[tuple[float, int]] = []  # (lease deadline, token), a heap
+        self._in_flight: dict[bytes, int] = {}
+        self._probing: dict[bytes, int] = {}  # entry -> the token of its probe
+        self._released: dict[bytes, None] = {}  # entries (or credentials) whose cooldown ended
+        self._budgets: dict[bytes, tuple[int, float]] = {}  # entry -> (remaining, reset)
+        self._last_dispatch: dict[bytes, float] = {}
+        self._throttled_at: dict[bytes, float] = {}
+
+    def clear(self) -> None:
+        for table in (
+            self._leases,
+            self._in_flight,
+            self._probing,
+            self._released,
+            self._budgets,
+            self._last_dispatch,
+            self._throttled_at,
+        ):
+            table.clear()
+        self._lease_expiry.clear()
+
+    # -- the store tells -------------------------------------------------------------------
+
+    def released(self, entry: bytes) -> None:
+        """A cooldown ended (its deadline passed): the next dispatch to it is a probe."""
+        _bounded_set(self._released, entry, None)
+
+    def throttled(self, entry: bytes, now: float) -> None:
+        _bounded_set(self._throttled_at, entry, now, limit=RECENT_THROTTLES)
+
+    def stale(self, entry: bytes, sent_at: float) -> bool:
+        """Did this attempt start before the entry's cooldown was recorded?"""
+        throttled_at = self._throttled_at.get(entry)
+        return throttled_at is not None and sent_at < throttled_at
+
+    def budget(self, entry: bytes, remaining: int, reset: float) -> None:
+        """A newer answer's budget replaces the old one; it ends at its reset."""
+        _bounded_set(self._budgets, entry, (remaining, reset))
+
+    # -- selection -------------------------------------------------------------------------
+
+    def _expire(self, now: float) -> None:
+        expiry = self._lease_expiry
+        while expiry and expiry[0][0] <= now:
+            _, token = heappop(expiry)
+            if token in self._leases:
+                self._end(token)
+
+    def held(self, entry: bytes, credential: bytes, now: float) -> float:
+        """0.0 when the key may be dispatched for this scope now; else until when it is held
+        back (`now + 1` for a probe in flight, the reset for a spent budget)."""
+        self._expire(now)
+        if entry in self._probing:
+            return now + 1.0
+        budget = self._budgets.get(entry)
+        if budget is not None:
+            remaining, reset = budget
+            if reset <= now:
+                del self._budgets[entry]
+            elif remaining - self._in_flight.get(entry, 0) <= 0:
+                return reset
+        return 0.0
+
+    def load(self, entry: bytes, now: float) -> Load:
+        budget = self._budgets.get(entry)
+        return Load(
+            self._in_flight.get(entry, 0),
+            budget is None,
+            math.inf if budget is None else budget[1],
+            self._last_dispatch.get(entry, -math.inf),
+        )
+
+    # -- attempts --------------------------------------------------------------------------
+
+    def start(self, entry: bytes, credential: bytes, now: float, lease: float) -> Attempt:
+        """Count one attempt in flight; it is the probe when the key's cooldown just ended."""
+        self._next_token += 1
+        token = self._next_token
+        self._leases[token] = (entry, now + lease)
+        heappush(self._lease_expiry, (now + lease, token))
+        self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
+        _bounded_set(self._last_dispatch, entry, now)
+        probe = entry in self._released or credential in self._released
+        if probe:
+            self._probing[entry] = token
+        return Attempt(token, entry, now, probe)
+
+    def finish(self, attempt: Attempt, *, served: bool, credential: bytes) -> None:
+        """The attempt's answer was recorded (or `send` raised): release its count and probe."""
+        if attempt.token not in self._leases:
+            return  # already forgotten: its lease expired
+        self._end(attempt.token)
+        if attempt.probe and served:  # the key is back: no more probing until it cools again
+            self._released.pop(attempt.entry, None)
+            self._released.pop(credential, None)
+
+    def _end(self, token: int) -> None:
+        entry, _ = self._leases.pop(token)
+        count = self._in_flight.get(entry, 0) - 1
+        if count > 0:
+            self._in_flight[entry] = count
+        else:
+            self._in_flight.pop(entry, None)
+        if self._probing.get(entry) == token:
+            del self._probing[entry]
+
+    def in_flight(self, entry: bytes) -> int:
+        return self._in_flight.get(entry, 0)
+
+
+def _bounded_set(
+    table: dict[bytes, _Value], entry: bytes, value: _Value, *, limit: int = MAX_TRACKED
+) -> None:
+    """Set, moving the entry to the newest end; drop the oldest beyond `limit`."""
+    table.pop(entry, None)
+    table[entry] = value
+    if len(table) > limit:
+        del table[next(iter(table))]
