@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cooldown import CredentialPool, rate_limit_advice, recording_context, upstream_model
+from cooldown.pools.legacy import MAX_LIVE_RESTS
 
 P = "ce-gpt-plus"
 
@@ -12,7 +13,8 @@ P = "ce-gpt-plus"
 def test_the_legacy_bound_holds_against_the_live_rests_at_each_write() -> None:
     for index in range(30_000):
         CredentialPool.record(P, f"sk-{index}", 401, now=0.0)
-    assert len(CredentialPool._legacy) == 30_000  # all live: nothing may be forgotten
+    assert len(CredentialPool._legacy) == MAX_LIVE_RESTS  # live rests are capped (SPEC §14)
+    assert CredentialPool._legacy.dropped_total == 30_000 - MAX_LIVE_RESTS
     largest_after = 0
     for index in range(50):
         CredentialPool.record(P, f"sk-late-{index}", 401, now=10_000.0)

@@ -8,11 +8,12 @@ budgets end at their reset, and the maps that only order keys are capped.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
-__all__ = ["Admission", "Attempt", "Load"]
+__all__ = ["ORDERS", "Admission", "Attempt", "Claim", "Load", "Order"]
 
 _Value = TypeVar("_Value")
 
@@ -158,6 +159,27 @@ class Admission:
 
     def in_flight(self, entry: bytes) -> int:
         return self._in_flight.get(entry, 0)
+
+
+Order = Literal["configured", "spread"]
+ORDERS: tuple[Order, ...] = ("configured", "spread")
+
+
+class Claim:
+    """What `admit` asks `_choose` to take under its lock: the first free key not excluded."""
+
+    def __init__(self, exclude: frozenset[str], lease: float) -> None:
+        self.exclude = exclude
+        self.lease = lease
+        self.taken: tuple[str, Attempt] | None = None
+
+    def take(
+        self, admitted: Sequence[tuple[str, bytes, bytes]], admission: Admission, now: float
+    ) -> None:
+        for key, credential, entry in admitted:
+            if key not in self.exclude:
+                self.taken = (key, admission.start(entry, credential, now, self.lease))
+                return
 
 
 def _bounded_set(

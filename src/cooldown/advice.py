@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import TypeAlias, TypedDict
 
 from flask import current_app, has_app_context
 
+from .arguments import wall_clock
 from .config import settings
 from .headers import Headers, header_value, lowered_headers
 from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
@@ -54,12 +54,13 @@ def retry_after_seconds(
     called `now` so that nobody passes it to a pool, whose `now` is monotonic. Anything
     negative, non-finite or unparsable gives `None`: the pool falls back to its own duration.
     """
+    moment = wall_clock(received_at)
     if headers is None:
         return None
-    return _retry_after(header_value(headers, "Retry-After"), received_at)
+    return _retry_after(header_value(headers, "Retry-After"), moment)
 
 
-def _retry_after(value: object, received_at: float | None) -> float | None:
+def _retry_after(value: object, received_at: float) -> float | None:
     if not isinstance(value, str):
         return None
     text = value.strip()
@@ -73,8 +74,7 @@ def _retry_after(value: object, received_at: float | None) -> float | None:
     if moment.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is not trusted
         return None
     try:
-        wall_clock = time.time() if received_at is None else float(received_at)
-        remaining = moment.timestamp() - wall_clock
+        remaining = moment.timestamp() - received_at
     except (OverflowError, ValueError, OSError):
         return None
     return max(0.0, remaining) if math.isfinite(remaining) else None
@@ -150,11 +150,13 @@ def recording_context(
     usable `Retry-After` and every spent window's reset. `{}` when the feature is disabled, so the
     pools keep their legacy behaviour.
     """
+    if outcome is not None and not isinstance(outcome, UpstreamOutcome):
+        raise TypeError("outcome must be an UpstreamOutcome or None")
+    moment = wall_clock(received_at)
     if not settings(environ).enabled:
         return {}
     lowered = lowered_headers(headers)
-    wall_clock = time.time() if received_at is None else received_at
-    advice = _retry_after(lowered.get("retry-after"), wall_clock)
+    advice = _retry_after(lowered.get("retry-after"), moment)
     if outcome is None:
         if transport_failure is None and not cancelled and type(status) is int:
             outcome = classify_status(status)
@@ -163,7 +165,7 @@ def recording_context(
                 status, transport_failure=transport_failure, cancelled=cancelled
             )
         if outcome.credential_health == "accepted":  # served, but maybe the window is spent
-            window = spent_window_reset(lowered, wall_clock) if lowered else None
+            window = spent_window_reset(lowered, moment) if lowered else None
             if window is not None:
                 outcome = UpstreamOutcome(
                     outcome.replay_permission, "success", "throttled", "rate_limit_exhausted"
@@ -171,7 +173,7 @@ def recording_context(
                 advice = window
     if outcome.reason != "rate_limit_exhausted" and outcome.credential_health == "throttled":
         # A 429: "retry in 2 s" while an hour-long window is spent means the later of the two.
-        window = spent_window_reset(lowered, wall_clock) if lowered else None
+        window = spent_window_reset(lowered, moment) if lowered else None
         if window is not None:
             advice = window if advice is None else max(advice, window)
     return {

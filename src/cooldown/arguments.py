@@ -19,6 +19,7 @@ __all__ = [
     "resolve_now",
     "retry_after",
     "usable_advice",
+    "wall_clock",
 ]
 
 LARGEST_NOW = 1e12
@@ -60,6 +61,13 @@ def resolve_now(now: float | None) -> float:
     if not -LARGEST_NOW <= current <= LARGEST_NOW:
         raise ValueError("now must be monotonic seconds (time.monotonic()), not a huge number")
     return current
+
+
+def wall_clock(received_at: object) -> float:
+    """`received_at` (wall-clock seconds, as `time.time()` gives) checked, or the clock now."""
+    if received_at is None:
+        return time.time()
+    return finite_number(received_at, "received_at")
 
 
 def bounded_max_seconds(max_seconds: int) -> int:

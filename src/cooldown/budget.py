@@ -26,20 +26,25 @@ class ScopeBudget:
     count over the table, so junk model names cannot make the common path slow or large.
     """
 
-    __slots__ = ("_counts", "limit")
+    __slots__ = ("_counts", "_full", "limit")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._counts = array("H", bytes(2 * _SLOTS))
+        self._full: dict[bytes, None] = {}  # credentials counted at their budget, until one leaves
 
     def admits(self, entry: bytes, held: Collection[bytes]) -> bool:
         """May this new scope entry be stored, or does its credential hold its whole budget?"""
         if self._counts[_slot(entry)] < self.limit:
             return True
         credential = entry[:DIGEST_SIZE]
+        if credential in self._full:  # counted before, and none of its entries left since
+            return False
         count = sum(
             1 for other in held if len(other) > DIGEST_SIZE and other.startswith(credential)
         )
+        if count >= self.limit:
+            self._full[credential] = None  # at most one per `limit` entries: bounded
         return count < self.limit
 
     def added(self, entry: bytes) -> None:
@@ -49,6 +54,9 @@ class ScopeBudget:
     def removed(self, entry: bytes) -> None:
         if len(entry) > DIGEST_SIZE:
             self._counts[_slot(entry)] -= 1
+            if self._full:
+                self._full.pop(entry[:DIGEST_SIZE], None)
 
     def clear(self) -> None:
         self._counts = array("H", bytes(2 * _SLOTS))
+        self._full.clear()

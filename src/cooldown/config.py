@@ -95,14 +95,22 @@ class _Malformed(ValueError):
         self.name = name
 
 
+WARNED_NAMES_LIMIT = 1024
+"""Distinct (variable, message) pairs remembered for log-once; beyond it, further ones are
+counted in `warnings_suppressed_total`, not logged (10^6 junk names cannot grow memory)."""
 _warned: set[tuple[str, str]] = set()
+warnings_suppressed_total = 0
 _warned_lock = new_lock(sys.modules[__name__], "_warned_lock")
 
 
 def warn_once(name: str, message: str) -> None:
     """Log `message` (formatted with the variable's name) once per name and message."""
+    global warnings_suppressed_total
     with _warned_lock:
         if (name, message) in _warned:
+            return
+        if len(_warned) >= WARNED_NAMES_LIMIT:
+            warnings_suppressed_total += 1
             return
         _warned.add((name, message))
     logger.warning(message, name)
@@ -179,6 +187,10 @@ def _parse_redis_secret(raw: str | None, *, required: bool) -> str | None:
         return None
     if len(value) < MIN_REDIS_SECRET_LENGTH:
         raise _Malformed(REDIS_SECRET_ENV)
+    try:
+        value.encode("utf-8")  # bytes that were not UTF-8 arrive as lone surrogates
+    except UnicodeEncodeError:
+        raise _Malformed(REDIS_SECRET_ENV) from None
     return value
 
 

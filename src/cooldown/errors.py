@@ -17,6 +17,14 @@ class APIError(Exception):
         status_code: int = 500,
         payload: Mapping[str, object] | None = None,
     ) -> None:
+        if not isinstance(message, str):
+            raise TypeError("message must be a str")
+        if isinstance(status_code, bool) or not isinstance(status_code, int):
+            raise TypeError("status_code must be an int")
+        if not 100 <= status_code <= 599:
+            raise ValueError("status_code must be an HTTP status (100 to 599)")
+        if payload is not None and not isinstance(payload, Mapping):
+            raise TypeError("payload must be a mapping or None")
         super().__init__(message)
         self.message = message
         self.status_code = status_code

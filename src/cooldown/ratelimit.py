@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from datetime import datetime, timedelta, timezone
 
+from .arguments import wall_clock
 from .headers import Headers, lowered_headers
 
 __all__ = [
@@ -173,7 +173,4 @@ def rate_limit_advice(headers: Headers | None, *, received_at: float | None = No
     `received_at` is the wall-clock time (`time.time()`) the response arrived; Anthropic's
     resets are dates. Every spent window must reset, so the latest reset wins.
     """
-    if received_at is not None and not math.isfinite(received_at):
-        raise ValueError("received_at must be a finite wall-clock time")
-    wall_clock = time.time() if received_at is None else float(received_at)
-    return spent_window_reset(lowered_headers(headers), wall_clock)
+    return spent_window_reset(lowered_headers(headers), wall_clock(received_at))

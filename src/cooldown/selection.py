@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from .admission import Admission, Load
 from .arguments import bounded_max_seconds, finite_number, require_keys, require_str, resolve_now
 from .backend import Sharing, shared_releases
 from .digests import PreparedHmac, credential_message, frame, scope_message
 
-__all__ = ["Lookup", "Reason", "admissible", "explain_keys", "gather", "scan"]
+__all__ = [
+    "Lookup",
+    "Reason",
+    "admissible",
+    "count_by_prefix",
+    "explain_keys",
+    "gather",
+    "scan",
+]
 
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
 _NO_LOAD = Load(0, True, math.inf, 0.0)  # configured order: every key weighs the same
@@ -30,6 +38,7 @@ Lookup: TypeAlias = tuple[
 on the hot path."""
 
 Reason: TypeAlias = str | None
+_Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
 
 
 def gather(
@@ -47,6 +56,8 @@ def gather(
     provider_frame = frame(require_str(provider, "provider"))
     keys = require_keys(keys)
     scope = scope_message(model, quota_bucket)
+    if legacy_rest_until is not None and not isinstance(legacy_rest_until, Mapping):
+        raise TypeError("legacy_rest_until must be a mapping of key to deadline")
     legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
     given_now = None if now is None else resolve_now(now)
     shared: dict[str, tuple[float, float]] = {}
@@ -160,3 +171,14 @@ def admissible(
     if spread:
         free.sort(key=lambda item: (item[0], item[1]))
     return [(key, credential, entry) for _, _, key, credential, entry in free], earliest
+
+
+def count_by_prefix(
+    entries: Sequence[_Entry], wanted: dict[_Entry, int], counts: list[int], size: int
+) -> None:
+    """Add one to `counts[wanted[prefix]]` for each scope entry (longer than `size`)."""
+    for entry in entries:
+        if len(entry) > size:
+            position = wanted.get(entry[:size])
+            if position is not None:
+                counts[position] += 1

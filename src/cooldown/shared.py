@@ -36,10 +36,14 @@ CLOCK_SKEW_SECONDS = 10.0
 # ARGV[1..3]: now_ms, limit_ms (now + max + skew), truncate_ms (now + max).
 
 # KEYS: deadlines, overflow. ARGV[4..6]: entry, deadline_ms, cap.
-# Keeps the later deadline, never evicts: at the cap it raises the overflow instead.
+# Keeps the later deadline, never evicts: at the cap it raises the overflow instead. First it
+# cuts up to 64 members scored beyond the trusted limit (+inf, a wrong clock): they expire
+# with the maximum, so they cannot hold the capacity guard up for ever.
 _RECORD = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local limit, truncate = tonumber(ARGV[2]), tonumber(ARGV[3])
+local late = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'LIMIT', 0, 64)
+for _, member in ipairs(late) do redis.call('ZADD', KEYS[1], truncate, member) end
 local deadline = tonumber(ARGV[5])
 local current = redis.call('ZSCORE', KEYS[1], ARGV[4])
 if current then
@@ -117,17 +121,15 @@ def _connect(endpoint: RedisEndpoint, timeout: float) -> Any:
     }
     if endpoint.tls:
         common["ssl"] = True
+    once: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}  # one attempt, one timeout
     if endpoint.mode == "cluster":
         nodes = [ClusterNode(host, port) for host, port in endpoint.hosts]  # type: ignore[no-untyped-call]
-        return RedisCluster(startup_nodes=nodes, cluster_error_retry_attempts=1, **common)
-    single = {
-        **common,
-        "db": endpoint.db,
-        "retry": Retry(NoBackoff(), 0),
-        "health_check_interval": 0,
-    }
+        return RedisCluster(startup_nodes=nodes, cluster_error_retry_attempts=0, **once, **common)
+    single = {**common, **once, "db": endpoint.db, "health_check_interval": 0}
     if endpoint.mode == "sentinel":
-        sentinel = Sentinel(list(endpoint.hosts), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+        # The Sentinel's own connections get the same single attempt and timeouts as the rest.
+        sentinel_options = {**timeouts, **once, "health_check_interval": 0}
+        sentinel = Sentinel(list(endpoint.hosts), sentinel_kwargs=sentinel_options, **timeouts)  # type: ignore[no-untyped-call]
         return sentinel.master_for(endpoint.service_name or "", **single)  # type: ignore[no-untyped-call]
     if endpoint.unix_path is not None:
         return Redis(unix_socket_path=endpoint.unix_path, **single)
@@ -135,7 +137,7 @@ def _connect(endpoint: RedisEndpoint, timeout: float) -> Any:
     client = Redis(host=host, port=port, **single)
     if client.info("cluster").get("cluster_enabled"):  # a plain URL naming a cluster node
         client.close()
-        return RedisCluster(host=host, port=port, cluster_error_retry_attempts=1, **common)
+        return RedisCluster(host=host, port=port, cluster_error_retry_attempts=0, **once, **common)
     return client
 
 
@@ -175,6 +177,7 @@ class RedisObservations:
         self._degraded = False
         self._retry_at = 0.0
         self._backoff = FIRST_BACKOFF_SECONDS
+        self._outage = 0  # grows at each outage and each failed retry
 
     def __repr__(self) -> str:
         return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
@@ -233,15 +236,19 @@ class RedisObservations:
         with self._lock:
             if self._degraded and now < self._retry_at:
                 return None
+            attempt = self._outage  # which outage (or calm) this call started in
+        started = time.monotonic()
         try:  # no lock held: a slow Redis delays only the calls that need its answer
             answer = read(command())
         except Exception as error:  # any client or data failure degrades; none reaches a route
-            self._failed(now, error)
+            self._failed(now + (time.monotonic() - started), attempt, error)
             return None
         self._succeeded()
         return answer
 
-    def _failed(self, now: float, error: Exception) -> None:
+    def _failed(self, failed_at: float, attempt: int, error: Exception) -> None:
+        """Back off from when the call failed, not when it started; calls that were already
+        in flight when an outage began count as errors but do not lengthen the backoff."""
         with self._lock:
             self._errors_total += 1
             if not self._degraded:
@@ -250,10 +257,14 @@ class RedisObservations:
                     type(error).__name__,
                 )
                 self._degraded = True
+                self._outage += 1
                 self._backoff = FIRST_BACKOFF_SECONDS
-            else:
+            elif attempt == self._outage:  # a retry after the backoff failed: wait longer
                 self._backoff = min(LONGEST_BACKOFF_SECONDS, self._backoff * 2)
-            self._retry_at = now + self._backoff
+                self._outage += 1
+            else:
+                return
+            self._retry_at = failed_at + self._backoff
 
     def _succeeded(self) -> None:
         with self._lock:

@@ -4,27 +4,28 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Collection, Mapping, Sequence
-from typing import Literal, NoReturn, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Literal, NoReturn
 
-from .admission import Admission, Attempt
+from .admission import ORDERS, Admission, Attempt, Claim, Order
 from .arguments import (
     bounded_max_seconds,
     delay,
     finite_number,
-    require_keys,
     require_str,
     resolve_now,
     retry_after,
 )
+from .attempts import Attempts
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
 from .digests import PreparedHmac, credential_message, frame, scope_message
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .forksafe import new_lock
+from .inspection import Inspection
 from .outcome import UpstreamOutcome
 from .schedule import DeadlineSchedule
-from .selection import admissible, explain_keys, gather, scan
+from .selection import admissible, gather, scan
 
 __all__ = [
     "MAX_ENTRIES",
@@ -37,40 +38,6 @@ __all__ = [
 ]
 
 MAX_ENTRIES = 10000
-_Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
-Order = Literal["configured", "spread"]
-ORDERS: tuple[Order, ...] = ("configured", "spread")
-
-
-class Claim:
-    """What `admit` asks `_choose` to take under its lock: the first free key not excluded."""
-
-    def __init__(self, exclude: frozenset[str], lease: float) -> None:
-        self.exclude = exclude
-        self.lease = lease
-        self.taken: tuple[str, Attempt] | None = None
-
-    def take(
-        self, admitted: Sequence[tuple[str, bytes, bytes]], admission: Admission, now: float
-    ) -> None:
-        for key, credential, entry in admitted:
-            if key not in self.exclude:
-                self.taken = (key, admission.start(entry, credential, now, self.lease))
-                return
-
-
-_LOCAL_ONLY = {"shared": False, "shared_errors_total": 0, "shared_degraded": False}
-
-
-def count_by_prefix(
-    entries: Sequence[_Entry], wanted: dict[_Entry, int], counts: list[int], size: int
-) -> None:
-    """Add one to `counts[wanted[prefix]]` for each scope entry (longer than `size`)."""
-    for entry in entries:
-        if len(entry) > size:
-            position = wanted.get(entry[:size])
-            if position is not None:
-                counts[position] += 1
 
 
 def _entry_parts(
@@ -100,7 +67,7 @@ def _entry_parts(
     return ()
 
 
-class ModelCooldown:
+class ModelCooldown(Inspection, Attempts):
     """Cooldown deadlines per (credential, model or bucket), bounded and safe to share.
 
     Keys, models and bucket names are reduced to HMAC digests under a salt that never
@@ -200,7 +167,7 @@ class ModelCooldown:
                     self._schedule.discard(entry)
             else:
                 entry, deadline = self._store(
-                    b"".join(map(self._digest, parts)), current_time + cooling
+                    b"".join(map(self._digest, parts)), current_time + cooling, ceiling
                 )
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
@@ -214,7 +181,7 @@ class ModelCooldown:
                 sharing.backend.record(shared_entry, current_time + cooling, current_time, ceiling)
         return deadline
 
-    def _store(self, entry: bytes, deadline: float) -> tuple[bytes, float]:
+    def _store(self, entry: bytes, deadline: float, max_seconds: int) -> tuple[bytes, float]:
         """Write one entry (lock held); return the entry actually written and its deadline.
 
         A new scope entry beyond its credential's budget is stored as a credential-wide
@@ -224,10 +191,10 @@ class ModelCooldown:
         if len(entry) > DIGEST_SIZE and entry not in self._deadlines:
             if not self._budget.admits(entry, self._deadlines):
                 self._escalated_total += 1
-                return self._store(entry[:DIGEST_SIZE], deadline)
+                return self._store(entry[:DIGEST_SIZE], deadline, max_seconds)
             if not schedule.full():
                 self._budget.added(entry)
-        return entry, schedule.put(entry, deadline)
+        return entry, schedule.put(entry, deadline, max_seconds)
 
     # -- selection ----------------------------------------------------------------------------
 
@@ -291,112 +258,6 @@ class ModelCooldown:
             if claim is not None:
                 claim.take(admitted, self._admission, current_time)
             return free
-
-    def admit(
-        self,
-        provider: str,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "spread",
-        exclude: Collection[str] = (),
-        lease_seconds: float = 300.0,
-    ) -> tuple[str, Attempt] | None:
-        """Choose a key for one dispatch and count it in flight, in one step, so no two
-        dispatches take the same probe. `None` when every free key is in `exclude`; the 429
-        (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
-        if scope_message(model, quota_bucket) is None:
-            raise ValueError("admit needs a model or a quota bucket")
-        claim = Claim(frozenset(exclude), finite_number(lease_seconds, "lease_seconds"))
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        self._choose("eligible", *args, order=order, claim=claim)
-        return claim.taken
-
-    def finish(self, attempt: Attempt, *, served: bool) -> None:
-        """The attempt's answer is recorded (or it failed): it is no longer in flight."""
-        with self._lock:
-            self._admission.finish(attempt, served=served, credential=attempt.entry[:DIGEST_SIZE])
-
-    def record_budget(
-        self,
-        provider: str,
-        credential: str,
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        remaining: int,
-        reset_seconds: float,
-        now: float | None = None,
-    ) -> None:
-        """A provider said `remaining` requests are left until its window resets."""
-        scope = scope_message(model, quota_bucket)
-        if scope is None:
-            return
-        message = credential_message(frame(require_str(provider, "provider")), credential)
-        current_time = resolve_now(now)
-        entry = self._digest(message) + self._digest(scope)
-        with self._lock:
-            self._admission.budget(entry, remaining, current_time + reset_seconds)
-
-    def explain(
-        self,
-        provider: str,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-    ) -> list[tuple[str | None, float]]:
-        """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
-
-        The reason is the observation that holds the key longest: `"credential"`,
-        `"scope"` or `"legacy"`; a free key during an overflow is held by `"capacity"`.
-        Counts nothing and raises no cooldown error: this is for operators, not routes.
-        """
-        lookup = gather(
-            self._shared, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
-        )
-        ceiling, given_now, shared_overflow = lookup[0], lookup[5], lookup[7]
-        with self._lock:
-            current_time = time.monotonic() if given_now is None else given_now
-            self._schedule.advance(current_time, ceiling)
-            overflow = max(self._schedule.overflow_until, shared_overflow)
-            return explain_keys(self._deadlines, self._digest, lookup, current_time, overflow)
-
-    def scoped_counts(
-        self, provider: str, keys: Sequence[str], *, now: float | None = None
-    ) -> list[int]:
-        """Per key, how many models or buckets it cools for right now (shared ones included).
-
-        One pass over the table (and one shared round trip), whatever the number of keys;
-        nothing is stored to answer it. For operators, not routes.
-        """
-        provider_frame = frame(require_str(provider, "provider"))
-        messages = [
-            credential_message(provider_frame, require_str(key, "each key"))
-            for key in require_keys(keys)
-        ]
-        current_time = resolve_now(now)
-        counts = [0] * len(messages)
-        sharing = self._shared
-        if sharing is not None and messages:
-            shared = sharing.backend.live_entries(current_time)
-            if shared is not None:
-                wanted = {sharing.digest(message).hex(): i for i, message in enumerate(messages)}
-                count_by_prefix(shared, wanted, counts, 2 * DIGEST_SIZE)
-        if self._deadlines and messages:
-            with self._lock:  # a C-speed copy; the counting runs without the lock
-                held = list(self._deadlines.items())
-            wanted_local = {self._digest(message): i for i, message in enumerate(messages)}
-            live = [entry for entry, deadline in held if deadline > current_time]
-            count_by_prefix(live, wanted_local, counts, DIGEST_SIZE)
-        return counts
 
     def available(
         self,
@@ -463,32 +324,6 @@ class ModelCooldown:
         """Back to process-local state; returns the detached backend for closing."""
         sharing, self._shared = self._shared, None
         return None if sharing is None else sharing.backend
-
-    # -- inspection ---------------------------------------------------------------------------
-
-    @property
-    def entry_count(self) -> int:
-        """Entries held as of the last prune; reading it does not prune."""
-        return len(self._deadlines)
-
-    @property
-    def capacity(self) -> int:
-        return self._schedule.capacity
-
-    def stats(self) -> dict[str, int | bool]:
-        """Counts only: safe to expose on a status endpoint."""
-        with self._lock:
-            return {
-                "live_observations": len(self._deadlines),
-                "capacity": self.capacity,
-                "overflow_active": self._schedule.overflow_until != 0.0,
-                "recorded_total": self._schedule.recorded_total,
-                "dropped_at_capacity_total": self._schedule.dropped_at_capacity_total,
-                "escalated_total": self._escalated_total,
-                "exhausted_total": self._exhausted_total,
-                "capacity_rejections_total": self._capacity_rejections_total,
-                **(_LOCAL_ONLY if self._shared is None else self._shared.backend.stats()),
-            }
 
     def reset(self) -> None:
         """Forget every observation and counter; the salt, and so every id, is kept."""

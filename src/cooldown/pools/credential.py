@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
-from ..advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
+from ..advice import QuotaBuckets
 from ..arguments import require_keys, resolve_now
 from ..forksafe import new_lock
-from ..headers import Headers, header_value, lowered_headers
+from ..headers import header_value
 from ..outcome import UpstreamOutcome
-from ..ratelimit import request_budget
 from ..status import PoolStatus, keys_status
-from ..store import Attempt, Order, model_cooldown
+from ..store import Order, model_cooldown
 from ._common import (
     ScopedRecording,
     by_affinity,
@@ -27,8 +25,9 @@ from ._common import (
     store_evidence,
 )
 from .discovery import discover, numbered_keys
+from .dispatching import steps_for
 from .legacy import LegacyRests
-from .rotation import Steps, arotate, refuse_coroutine_function, rotate, rotation
+from .rotation import arotate, refuse_coroutine_function, rotate
 
 __all__ = ["CredentialPool"]
 
@@ -37,11 +36,6 @@ _Response = TypeVar("_Response")
 AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
 ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
-
-
-def _keyed(key: str | None) -> tuple[str, None] | None:
-    """A legacy selection as an admission with nothing to end."""
-    return None if key is None else (key, None)
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -323,7 +317,7 @@ class CredentialPool:
         `async def send` goes to `adispatch`.
         """
         refuse_coroutine_function(send)
-        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now, order)
+        steps = steps_for(cls, provider, model, quota_bucket, affinity, quota_buckets, now, order)
         return rotate(steps, send)
 
     @classmethod
@@ -344,107 +338,8 @@ class CredentialPool:
         The same loop and rules as `dispatch`. With Redis sharing on, every step that may
         reach Redis runs in a worker thread, so the event loop never waits on it.
         """
-        steps = cls._rotation(provider, model, quota_bucket, affinity, quota_buckets, now, order)
+        steps = steps_for(cls, provider, model, quota_bucket, affinity, quota_buckets, now, order)
         return await arotate(steps, send, offload=shared_state_configured())
-
-    @classmethod
-    def _rotation(
-        cls,
-        provider: str,
-        model: str | None,
-        quota_bucket: str | None,
-        affinity: str | None,
-        quota_buckets: QuotaBuckets | None,
-        now: float | None,
-        order: Order,
-    ) -> Steps:
-        scope = selection_scope(provider, model, quota_buckets=quota_buckets)
-        if quota_bucket is not None and scope:
-            scope["quota_bucket"] = quota_bucket
-        if scoped_settings(scope.get("model"), scope.get("quota_bucket")) is None:
-            return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
-                first=lambda: _keyed(cls.select(provider, affinity=affinity, now=now, **scope)),
-                rest=lambda tried: _keyed(
-                    next(
-                        (
-                            key
-                            for key in cls.available(provider, affinity=affinity, now=now, **scope)
-                            if key not in tried
-                        ),
-                        None,
-                    )
-                ),
-                record=lambda admitted, status, headers, evidence: cls.record(
-                    provider, admitted[0], status, now=now, **scope, **evidence
-                ),
-                finish=lambda admitted, served: None,
-            )
-        return rotation(
-            first=lambda: cls._admit(provider, scope, affinity, order, set(), now),
-            rest=lambda tried: cls._admit(provider, scope, affinity, order, tried, now),
-            record=lambda admitted, status, headers, evidence: cls._record_attempt(
-                provider, scope, admitted, status, headers, evidence, now
-            ),
-            finish=lambda admitted, served: model_cooldown.finish(admitted[1], served=served),
-        )
-
-    @classmethod
-    def _admit(
-        cls,
-        provider: str,
-        scope: SelectionScope,
-        affinity: str | None,
-        order: Order,
-        tried: set[str],
-        now: float | None,
-    ) -> tuple[str, Attempt] | None:
-        """The next key for a scoped dispatch, counted in flight (SPEC §15)."""
-        current = scoped_settings(scope.get("model"), scope.get("quota_bucket"))
-        candidates = cls.keys(provider)
-        if current is None or not candidates:
-            return None
-        current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time)
-        if check_affinity(affinity) is not None:  # rendezvous order, skipping keys not free
-            candidates, order = by_affinity(candidates, affinity), "configured"
-        return model_cooldown.admit(
-            provider,
-            candidates,
-            model=scope.get("model"),
-            quota_bucket=scope.get("quota_bucket"),
-            max_seconds=current.max_seconds,
-            now=current_time,
-            legacy_rest_until=rests,
-            order=order,
-            exclude=tried,
-            lease_seconds=current.lease_seconds,
-        )
-
-    @classmethod
-    def _record_attempt(
-        cls,
-        provider: str,
-        scope: SelectionScope,
-        admitted: tuple[str, Attempt],
-        status: int,
-        headers: Headers,
-        evidence: RecordingContext,
-        now: float | None,
-    ) -> None:
-        """Record the answer as of the attempt's start; keep the budget its headers announce."""
-        key, attempt = admitted
-        cls.record(provider, key, status, now=now, **scope, **evidence, sent_at=attempt.started)
-        budget = request_budget(lowered_headers(headers), time.time())
-        if budget is not None:
-            model_cooldown.record_budget(
-                provider,
-                key,
-                model=scope.get("model"),
-                quota_bucket=scope.get("quota_bucket"),
-                remaining=budget[0],
-                reset_seconds=budget[1],
-                now=now,
-            )
 
     @classmethod
     def status(

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from ..config import bounded_int, environment_value
+from ..config import bounded_int, environment_value, warn_once
 from ._common import key_value, numbered_suffix, unique_stripped, without_placeholders
 
 __all__ = ["RESCAN_SECONDS", "configured_nanogpt_keys", "discover", "numbered_keys"]
@@ -49,8 +49,12 @@ _encode = getattr(os.environ, "encodekey", None)
 def discover(token: str, scan: Scan, environ: Mapping[str, object] | None) -> list[str]:
     """`scan(environ)`'s keys; for the process environment, the last parse while it holds."""
     data = getattr(os.environ, "_data", None)
-    if (environ is not None and environ is not os.environ) or not isinstance(data, dict):
-        return scan(os.environ if environ is None else environ)[1]
+    if environ is not None and environ is not os.environ:
+        if not isinstance(environ, Mapping) or not all(isinstance(name, str) for name in environ):
+            raise TypeError("environ must be a mapping of str to str")
+        return scan(environ)[1]
+    if not isinstance(data, dict):
+        return scan(os.environ)[1]
     assert _encode is not None  # os.environ has both or neither
     now = time.monotonic()
     last = _parses.get(token)
@@ -85,7 +89,7 @@ def numbered_keys(base: str) -> Scan:
     return scan
 
 
-def _list_values(raw: str) -> list[str]:
+def _list_values(raw: str, name: str) -> list[str]:
     """A JSON array of strings, or comma/newline separated values."""
     text = raw.strip()
     if text.startswith("["):
@@ -93,6 +97,9 @@ def _list_values(raw: str) -> list[str]:
             parsed = json.loads(text)
         except ValueError:
             parsed = None
+        except RecursionError:  # nested deeper than the parser goes: not a list of keys
+            warn_once(name, "%s is malformed (nested too deeply); it is skipped")
+            return []
         if isinstance(parsed, list):
             return [item for item in parsed if isinstance(item, str)]
     return re.split(r"[,\n]", text)
@@ -101,7 +108,7 @@ def _list_values(raw: str) -> list[str]:
 def _nanogpt_keys(environ: Mapping[str, object]) -> tuple[list[str], list[str]]:
     indexed: list[tuple[int | None, str]] = [(0, key_value(environ, name)) for name in _DIRECT_ENV]
     for name in _LIST_ENV:
-        listed = _list_values(environment_value(environ, name) or "")
+        listed = _list_values(environment_value(environ, name) or "", name)
         indexed.extend((None, value) for value in without_placeholders(listed, name))
     numbered = sorted(  # by number, the first prefix first on ties
         (number, rank, name)

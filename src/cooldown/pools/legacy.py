@@ -7,9 +7,12 @@ from heapq import heapify, heappop, heappush
 
 from ..forksafe import new_lock
 
-__all__ = ["LEGACY_MAP_FLOOR", "LegacyRests"]
+__all__ = ["LEGACY_MAP_FLOOR", "MAX_LIVE_RESTS", "LegacyRests"]
 
 LEGACY_MAP_FLOOR = 1024
+MAX_LIVE_RESTS = 10000
+"""Live rests held at most: beyond, a new key's rest is dropped and counted (a caller
+recording 10^6 distinct keys cannot grow the map; configured keys are a few dozen)."""
 _Entry = tuple[str, str]  # (provider, key)
 
 
@@ -25,6 +28,7 @@ class LegacyRests:
         self._lock = new_lock(self)
         self._rests: dict[_Entry, float] = {}
         self._expiry: list[tuple[float, str, str]] = []  # stale items are skipped, then rebuilt
+        self.dropped_total = 0
 
     def __len__(self) -> int:
         return len(self._rests)
@@ -48,8 +52,11 @@ class LegacyRests:
         """Rest a key until `until`; a new rest replaces the old one unless `keep_later`."""
         with self._lock:
             self._drop_expired(now)
-            current = self._rests.get((provider, key), 0.0)
-            if keep_later and current >= until:
+            current = self._rests.get((provider, key))
+            if current is None and len(self._rests) >= MAX_LIVE_RESTS:
+                self.dropped_total += 1
+                return
+            if keep_later and current is not None and current >= until:
                 return
             self._rests[(provider, key)] = until
             heappush(self._expiry, (until, provider, key))
@@ -78,3 +85,4 @@ class LegacyRests:
         with self._lock:
             self._rests.clear()
             self._expiry.clear()
+            self.dropped_total = 0

@@ -176,6 +176,8 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             )
         with cls._lock:
             if current is None and (not count_request or is_nanogpt_credential_rejection(status)):
+                if is_nanogpt_credential_rejection(status):  # a probe of this key must see it
+                    cls._note_recorded(key)
                 if cls.active_key == key:
                     cls._clear_active()
                 cls._reject(key, status, ttl, throttle_seconds, current_time)
@@ -214,6 +216,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         """Forget the active key and every rejection (tests)."""
         with cls._lock:
             cls.rejected_until = {}
+            cls._recorded = {}
             cls._clear_active()
 
 

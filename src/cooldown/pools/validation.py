@@ -26,6 +26,8 @@ logger = logging.getLogger("cooldown")
 
 REJECTION_STATUSES = frozenset({401, 402, 403, 429})
 AUTH_STATUSES = frozenset({401, 402, 403})
+MAX_REJECTIONS = 10000
+"""Live rejections a NanoGPT pool holds at most (10^6 junk keys cannot grow it further)."""
 AMBIGUOUS_KEEP_SECONDS = 30.0
 _PROBE_ERRORS = (OSError, RuntimeError, TypeError, ValueError)
 
@@ -83,6 +85,8 @@ class ValidatedKeyPool:
     active_until: ClassVar[float]
     active_requests: ClassVar[int]
     rejected_until: ClassVar[dict[str, float]]
+    _recorded: ClassVar[dict[str, int]]  # rejections recorded per key, to spot one mid-probe
+    rejections_dropped_total: ClassVar[int]
     _lock: ClassVar[threading.Lock]  # the state above; never held across a probe or Redis
     _validation: ClassVar[threading.RLock]  # one validation at a time (a probe may nest one)
 
@@ -95,6 +99,8 @@ class ValidatedKeyPool:
         cls._lock = new_lock(cls)
         cls._validation = new_rlock(cls, "_validation")
         cls.rejected_until = {}
+        cls._recorded = {}
+        cls.rejections_dropped_total = 0
         cls._clear_active()
 
     @classmethod
@@ -128,14 +134,32 @@ class ValidatedKeyPool:
         return first + [key for key in keys if key != active]
 
     @classmethod
+    def _note_recorded(cls, key: str) -> None:
+        """Count a recorded rejection (lock held); bounded: a reset only makes a probe careful."""
+        if len(cls._recorded) >= MAX_REJECTIONS:
+            cls._recorded.clear()
+        cls._recorded[key] = cls._recorded.get(key, 0) + 1
+
+    @classmethod
     def _reject(
         cls, key: str, status: int, auth_seconds: float, throttle_seconds: float, now: float
     ) -> None:
         """Legacy rejection: a new one replaces the old deadline."""
         if status in AUTH_STATUSES:
-            cls.rejected_until[key] = now + auth_seconds
+            cls._rest(key, now + auth_seconds, now)
         elif status == 429:
-            cls.rejected_until[key] = now + throttle_seconds
+            cls._rest(key, now + throttle_seconds, now)
+
+    @classmethod
+    def _rest(cls, key: str, until: float, now: float) -> None:
+        """Set a rejection (lock held); the map never holds more than `MAX_REJECTIONS`."""
+        rejected = cls.rejected_until
+        if key not in rejected and len(rejected) >= MAX_REJECTIONS:
+            cls.rejected_until = rejected = {k: v for k, v in rejected.items() if v > now}
+            if len(rejected) >= MAX_REJECTIONS:
+                cls.rejections_dropped_total += 1  # every rest is live: keep them, not this one
+                return
+        rejected[key] = until
 
     @classmethod
     def _record_scoped(
@@ -166,7 +190,7 @@ class ValidatedKeyPool:
         )
         if evidence.rejected_wide and deadline is not None:
             with cls._lock:
-                cls.rejected_until[key] = max(cls.rejected_until.get(key, 0.0), deadline)
+                cls._rest(key, max(cls.rejected_until.get(key, 0.0), deadline), now)
                 if cls.active_key == key:
                     cls._clear_active()
 
@@ -269,6 +293,33 @@ class ValidatedKeyPool:
             )
 
     @classmethod
+    def _rejected_meanwhile(
+        cls,
+        key: str,
+        recorded_before: int,
+        model: str | None,
+        quota_bucket: str | None,
+        current: CooldownSettings | None,
+        now: float,
+    ) -> bool:
+        """Was the key rejected, or cooled for this scope, while its probe was in flight?"""
+        with cls._lock:
+            if cls._recorded.get(key, 0) != recorded_before:
+                return True
+            rests = dict(cls.rejected_until)
+        if current is None:
+            return False
+        return not model_cooldown.available(
+            cls.namespace,
+            [key],
+            model=model,
+            quota_bucket=quota_bucket,
+            max_seconds=current.max_seconds,
+            now=now,
+            legacy_rest_until=rests,
+        )
+
+    @classmethod
     def _validate(
         cls,
         configured: Sequence[str],
@@ -290,9 +341,12 @@ class ValidatedKeyPool:
             with cls._lock:
                 if key in cls.rejected_until:
                     continue
+                recorded_before = cls._recorded.get(key, 0)
             probed = True
             status = _probe_status(probe, key)
             if status is not None and 200 <= status < 300:
+                if cls._rejected_meanwhile(key, recorded_before, model, quota_bucket, current, now):
+                    continue  # a 429 or 401 arrived while the probe ran: it wins
                 with cls._lock:
                     if current is None:
                         cls.rejected_until.pop(key, None)

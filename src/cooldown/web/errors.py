@@ -51,6 +51,8 @@ def expose_retry_after(response: Response) -> Response:
 
 def api_error_response(error: APIError) -> Response:
     """The generic handler: JSON body, no `Retry-After`, no internals in 5xx messages."""
+    if not isinstance(error, APIError):
+        raise TypeError("api_error_response handles APIError instances")
     body = error.to_dict()
     if error.status_code >= 500 and not isinstance(error, CooldownError):
         body["message"] = GENERIC_SERVER_ERROR
@@ -78,6 +80,8 @@ def cooldown_error_response(error: CooldownError) -> Response:
     The body has the format `init_app` chose for the current app (`"cooldown"` outside one),
     so registering this on a blueprint keeps the app's format.
     """
+    if not isinstance(error, CooldownError):
+        raise TypeError("cooldown_error_response handles CooldownError instances")
     error_format: ErrorFormat = "cooldown"
     if has_app_context():
         error_format = current_app.extensions.get(FORMAT_EXTENSION, "cooldown")

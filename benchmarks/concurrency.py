@@ -1,0 +1,214 @@
+"""Wasted dispatches under concurrency: 32 client threads, real HTTP over loopback.
+
+Run by hand: `python benchmarks/concurrency.py [--latency 0.05] [--seconds 20] [--window 10]`.
+A loopback upstream gives each (key, model) `--quota` requests per fixed `--window`; it
+answers after `--latency` seconds and, by mode, advertises OpenAI-style rate-limit headers
+(`headers`), only `Retry-After` on its 429s (`retry-after`), or nothing at all (`silent`).
+4 keys x 3 models; clients offer 0.7x and 1.5x of the upstream's capacity, open loop, from
+32 threads. Strategies: naive round-robin with no cooldown, fill-first (`order="configured"`,
+wave 2's `dispatch`) and the wave-3 default (`order="spread"`: in flight, one probe after a
+release, budgets). For `silent` the learner runs (`MODEL_COOLDOWN_LEARN=apply`).
+Prints one table row per run: served, provider 429s per key-model window, client 429s, and
+the added latency (p50/p99 over the upstream's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import requests
+from flask import Flask, Response, request
+from werkzeug.serving import make_server
+
+from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
+from cooldown.learn import window_learner
+
+KEYS = [f"sk-bench-conc-{index}" for index in range(4)]
+MODELS = ["model-a", "model-b", "model-c"]
+CLIENTS = 32
+PROVIDER = "bench-concurrency"
+
+
+@dataclass
+class Upstream:
+    quota: int
+    window: float
+    mode: str
+    latency: float
+    started: float = 0.0
+    used: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    throttles: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, key: str, model: str) -> tuple[int, dict[str, str]]:
+        time.sleep(self.latency)
+        now = time.monotonic() - self.started
+        index = math.floor(now / self.window)
+        reset = (index + 1) * self.window - now
+        with self.lock:
+            count = self.used.get((key, model, index), 0)
+            if count >= self.quota:
+                self.throttles += 1
+                headers = {} if self.mode == "silent" else {"Retry-After": str(math.ceil(reset))}
+                if self.mode == "headers":
+                    headers.update(self._limits(0, reset))
+                return 429, headers
+            self.used[(key, model, index)] = count + 1
+        return 200, self._limits(self.quota - count - 1, reset) if self.mode == "headers" else {}
+
+    def _limits(self, remaining: int, reset: float) -> dict[str, str]:
+        return {
+            "x-ratelimit-limit-requests": str(self.quota),
+            "x-ratelimit-remaining-requests": str(remaining),
+            "x-ratelimit-reset-requests": f"{reset:.3f}s",
+        }
+
+
+def serve(upstream: Upstream) -> tuple[str, Callable[[], None]]:
+    app = Flask("bench-upstream")
+
+    @app.post("/v1/chat/completions")
+    def chat() -> Response:
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        model = (request.get_json(silent=True) or {}).get("model", "")
+        status, headers = upstream.answer(key, model)
+        return Response("{}", status=status, headers=headers, mimetype="application/json")
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    server.socket.listen(128)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return f"http://127.0.0.1:{server.server_port}/v1/chat/completions", stop
+
+
+@dataclass
+class Run:
+    served: int = 0
+    client_429s: int = 0
+    added: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def one_request(
+    strategy: str, url: str, model: str, session: requests.Session, counter: itertools.count[int]
+) -> int:
+    """The status the client sees."""
+
+    def send(key: str) -> requests.Response:
+        return session.post(
+            url, json={"model": model}, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+
+    if strategy == "naive round-robin":
+        return send(KEYS[next(counter) % len(KEYS)]).status_code
+    order = "configured" if strategy == "fill-first (wave 2)" else "spread"
+    try:
+        answer = CredentialPool.dispatch(PROVIDER, send, model=model, order=order)  # type: ignore[arg-type]
+    except ModelCooldownExhausted:
+        return 429
+    return 429 if answer is None else answer.status_code
+
+
+def run(strategy: str, mode: str, load: float, args: argparse.Namespace) -> dict[str, float]:
+    os.environ["MODEL_COOLDOWN_LEARN"] = "apply" if mode == "silent" else "off"
+    model_cooldown.reset()
+    CredentialPool.reset()
+    window_learner.reset()
+    upstream = Upstream(args.quota, args.window, mode, args.latency)
+    url, stop = serve(upstream)
+    capacity = len(KEYS) * len(MODELS) * args.quota / args.window  # requests per second
+    total = int(capacity * load * args.seconds)
+    result = Run()
+    counter = itertools.count()
+    next_request = itertools.count()
+    upstream.started = start = time.monotonic()
+
+    def client() -> None:
+        session = requests.Session()
+        while (index := next(next_request)) < total:
+            due = start + index / (capacity * load)
+            time.sleep(max(0.0, due - time.monotonic()))
+            sent = time.monotonic()
+            status = one_request(strategy, url, MODELS[index % len(MODELS)], session, counter)
+            with result.lock:
+                if status == 200:
+                    result.served += 1
+                    result.added.append(time.monotonic() - sent - args.latency)
+                else:
+                    result.client_429s += 1
+        session.close()
+
+    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stop()
+    windows = math.ceil((time.monotonic() - start) / args.window)
+    pairs = len(KEYS) * len(MODELS)
+    added = sorted(result.added) or [0.0]
+    return {
+        "offered": total,
+        "served": result.served,
+        "capacity share": result.served / (capacity * args.seconds),
+        "provider 429s per key-model window": upstream.throttles / (pairs * windows),
+        "client 429s": result.client_429s,
+        "p50 added ms": 1000 * statistics.median(added),
+        "p99 added ms": 1000 * added[min(len(added) - 1, int(0.99 * len(added)))],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.05, help="upstream seconds per answer")
+    parser.add_argument("--seconds", type=float, default=20.0, help="offered traffic per run")
+    parser.add_argument("--window", type=float, default=10.0, help="the upstream's window")
+    parser.add_argument("--quota", type=int, default=5, help="requests per key, model, window")
+    parser.add_argument("--modes", default="headers,retry-after,silent")
+    parser.add_argument("--loads", default="0.7,1.5")
+    args = parser.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
+    os.environ["BENCH_CONCURRENCY_KEY"] = KEYS[0]
+    for index, key in enumerate(KEYS[1:], start=1):
+        os.environ[f"BENCH_CONCURRENCY_KEY_{index}"] = key
+    CredentialPool.register(PROVIDER, "BENCH_CONCURRENCY_KEY")
+    print(
+        f"{len(KEYS)} keys x {len(MODELS)} models, quota {args.quota} per {args.window:g} s "
+        f"window, latency {args.latency * 1000:g} ms, {CLIENTS} client threads, "
+        f"{args.seconds:g} s per run"
+    )
+    print(
+        "| mode | load | strategy | served / offered | capacity served | provider 429s per "
+        "key-model window | client 429s | added p50 / p99 ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for mode in args.modes.split(","):
+        for load in map(float, args.loads.split(",")):
+            for strategy in ("naive round-robin", "fill-first (wave 2)", "spread (wave 3)"):
+                figures = run(strategy, mode, load, args)
+                print(
+                    f"| {mode} | {load:g}x | {strategy} | {figures['served']:.0f} / "
+                    f"{figures['offered']:.0f} | {figures['capacity share']:.0%} | "
+                    f"{figures['provider 429s per key-model window']:.2f} | "
+                    f"{figures['client 429s']:.0f} | {figures['p50 added ms']:.1f} / "
+                    f"{figures['p99 added ms']:.1f} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""What operators may read of the store: why each key waits, how many models, the counters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+from .arguments import require_keys, require_str, resolve_now
+from .backend import Sharing
+from .budget import DIGEST_SIZE
+from .digests import PreparedHmac, credential_message, frame
+from .schedule import DeadlineSchedule
+from .selection import count_by_prefix, explain_keys, gather
+
+__all__ = ["Inspection"]
+
+_LOCAL_ONLY = {"shared": False, "shared_errors_total": 0, "shared_degraded": False}
+
+
+class Inspection:
+    """The store's read-only questions for operators; counts nothing, raises no cooldown error.
+
+    Mixed into `ModelCooldown`, whose state it reads under the store's lock.
+    """
+
+    _lock: threading.Lock
+    _digest: PreparedHmac
+    _deadlines: dict[bytes, float]
+    _schedule: DeadlineSchedule
+    _shared: Sharing | None
+    _escalated_total: int
+    _exhausted_total: int
+    _capacity_rejections_total: int
+
+    def explain(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+    ) -> list[tuple[str | None, float]]:
+        """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
+
+        The reason is the observation that holds the key longest: `"credential"`,
+        `"scope"` or `"legacy"`; a free key during an overflow is held by `"capacity"`.
+        Counts nothing and raises no cooldown error: this is for operators, not routes.
+        """
+        lookup = gather(
+            self._shared, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
+        )
+        ceiling, given_now, shared_overflow = lookup[0], lookup[5], lookup[7]
+        with self._lock:
+            current_time = time.monotonic() if given_now is None else given_now
+            self._schedule.advance(current_time, ceiling)
+            overflow = max(self._schedule.overflow_until, shared_overflow)
+            return explain_keys(self._deadlines, self._digest, lookup, current_time, overflow)
+
+    def scoped_counts(
+        self, provider: str, keys: Sequence[str], *, now: float | None = None
+    ) -> list[int]:
+        """Per key, how many models or buckets it cools for right now (shared ones included).
+
+        One pass over the table (and one shared round trip), whatever the number of keys;
+        nothing is stored to answer it. For operators, not routes.
+        """
+        provider_frame = frame(require_str(provider, "provider"))
+        messages = [
+            credential_message(provider_frame, require_str(key, "each key"))
+            for key in require_keys(keys)
+        ]
+        current_time = resolve_now(now)
+        counts = [0] * len(messages)
+        sharing = self._shared
+        if sharing is not None and messages:
+            shared = sharing.backend.live_entries(current_time)
+            if shared is not None:
+                wanted = {sharing.digest(message).hex(): i for i, message in enumerate(messages)}
+                count_by_prefix(shared, wanted, counts, 2 * DIGEST_SIZE)
+        if self._deadlines and messages:
+            with self._lock:  # a C-speed copy; the counting runs without the lock
+                held = list(self._deadlines.items())
+            wanted_local = {self._digest(message): i for i, message in enumerate(messages)}
+            live = [entry for entry, deadline in held if deadline > current_time]
+            count_by_prefix(live, wanted_local, counts, DIGEST_SIZE)
+        return counts
+
+    @property
+    def entry_count(self) -> int:
+        """Entries held as of the last prune; reading it does not prune."""
+        return len(self._deadlines)
+
+    @property
+    def capacity(self) -> int:
+        return self._schedule.capacity
+
+    def stats(self) -> dict[str, int | bool]:
+        """Counts only: safe to expose on a status endpoint."""
+        with self._lock:
+            return {
+                "live_observations": len(self._deadlines),
+                "capacity": self.capacity,
+                "overflow_active": self._schedule.overflow_until != 0.0,
+                "recorded_total": self._schedule.recorded_total,
+                "dropped_at_capacity_total": self._schedule.dropped_at_capacity_total,
+                "escalated_total": self._escalated_total,
+                "exhausted_total": self._exhausted_total,
+                "capacity_rejections_total": self._capacity_rejections_total,
+                **(_LOCAL_ONLY if self._shared is None else self._shared.backend.stats()),
+            }
