@@ -36,13 +36,26 @@ def released_at(model: str, start: float) -> float:
 def test_apply_learns_a_longer_window(one_key: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_LEARN", "apply")
     CredentialPool.record(P, "sk-learn-SECRET", 429, model="gpt-4o", now=0)
-    assert released_at("gpt-4o", 0) == 60  # nothing known yet: the fixed fallback
-    CredentialPool.record(P, "sk-learn-SECRET", 429, model="gpt-4o", now=60)
-    assert released_at("gpt-4o", 60) == 120  # still throttled at 60 s: search upwards
-    CredentialPool.record(P, "sk-learn-SECRET", 200, model="gpt-4o", now=120)
-    assert window_learner.bounds(P, "sk-learn-SECRET", SCOPE) == (60.0, 120.0)
+    assert released_at("gpt-4o", 0) == 5  # nothing known yet: the short first delay
+    CredentialPool.record(P, "sk-learn-SECRET", 429, model="gpt-4o", now=5)
+    assert released_at("gpt-4o", 5) == 15  # still throttled: the delay doubles
+    CredentialPool.record(P, "sk-learn-SECRET", 429, model="gpt-4o", now=15)
+    assert released_at("gpt-4o", 15) == 35
+    CredentialPool.record(P, "sk-learn-SECRET", 200, model="gpt-4o", now=35)
+    assert window_learner.bounds(P, "sk-learn-SECRET", SCOPE) == (15.0, 35.0)
     CredentialPool.record(P, "sk-learn-SECRET", 429, model="gpt-4o", now=1000)
-    assert released_at("gpt-4o", 1000) == 1090  # next episode: bisect (60, 120]
+    assert released_at("gpt-4o", 1000) == 1025  # next episode: bisect (15, 35]
+
+
+def test_the_doubling_stops_at_the_fallback(one_key: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_LEARN", "apply")
+    monkeypatch.setenv("MODEL_COOLDOWN_FIRST_DELAY", "20")
+    now = 0
+    for expected in (20, 40, 60, 60):  # the pool's fixed fallback is 60 s
+        CredentialPool.record(P, "sk-learn-SECRET", 429, model="gpt-4o", now=now)
+        released = released_at("gpt-4o", now)
+        assert released - now == expected
+        now = released
 
 
 def test_provider_advice_always_wins(one_key: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,8 +166,8 @@ def test_nanogpt_pools_learn_too(enabled: None, monkeypatch: pytest.MonkeyPatch)
     from cooldown import NanoGPTKeyPool
 
     monkeypatch.setenv("MODEL_COOLDOWN_LEARN", "apply")
-    for at in (0, 60, 120):  # throttled again at 60 and 120: the window is longer than 120 s
+    for at in (0, 5, 15):  # throttled again at each release: 5, then 10, then 20 s
         NanoGPTKeyPool.record_result("nano-learn", 429, model="gpt-4o", now=at)
-    with pytest.raises(ModelCooldownExhausted):  # a fixed 60 s would release it at 180
-        NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=180)
-    assert NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=240)
+    with pytest.raises(ModelCooldownExhausted):
+        NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=34)
+    assert NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=35)

@@ -35,6 +35,7 @@ LEARN_ENV = "MODEL_COOLDOWN_LEARN"
 STATUS_TOKEN_ENV = "MODEL_COOLDOWN_STATUS_TOKEN"
 STATUS_MODELS_ENV = "MODEL_COOLDOWN_STATUS_MODELS"
 LEASE_SECONDS_ENV = "MODEL_COOLDOWN_LEASE_SECONDS"
+FIRST_DELAY_ENV = "MODEL_COOLDOWN_FIRST_DELAY"
 
 FORWARDED_ENV: tuple[str, ...] = (
     ENABLED_ENV,
@@ -46,6 +47,7 @@ FORWARDED_ENV: tuple[str, ...] = (
     LEARN_ENV,
     STATUS_TOKEN_ENV,
     LEASE_SECONDS_ENV,
+    FIRST_DELAY_ENV,
     STATUS_MODELS_ENV,
 )
 """The settings a container environment allowlist must forward for the feature to work."""
@@ -60,6 +62,7 @@ LEARN_MODES: tuple[LearnMode, ...] = ("off", "shadow", "apply")
 
 DEFAULT_MAX_SECONDS = 3600
 DEFAULT_LEASE_SECONDS = 300
+DEFAULT_FIRST_DELAY = 5
 LONGEST_LEASE_SECONDS = 3600
 LARGEST_MAX_SECONDS = 2_147_483_647
 DEFAULT_REDIS_PREFIX = "model-cooldown"
@@ -85,6 +88,7 @@ class CooldownSettings:
     redis_timeout_ms: int = DEFAULT_REDIS_TIMEOUT_MS
     learn: LearnMode = "off"
     lease_seconds: int = DEFAULT_LEASE_SECONDS
+    first_delay: int = DEFAULT_FIRST_DELAY  # capped by max_seconds where it is used
 
 
 class _Malformed(ValueError):
@@ -226,7 +230,15 @@ def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
         enabled=enabled,
         max_seconds=max_seconds,
         learn=_parse_learn(values[LEARN_ENV]),
-        lease_seconds=_parse_lease(values[LEASE_SECONDS_ENV]),
+        lease_seconds=_parse_default_on_error(
+            values[LEASE_SECONDS_ENV],
+            LEASE_SECONDS_ENV,
+            DEFAULT_LEASE_SECONDS,
+            LONGEST_LEASE_SECONDS,
+        ),
+        first_delay=_parse_default_on_error(
+            values[FIRST_DELAY_ENV], FIRST_DELAY_ENV, DEFAULT_FIRST_DELAY, LARGEST_MAX_SECONDS
+        ),
         **_sharing(values),
     )
 
@@ -240,15 +252,14 @@ def _parse_learn(raw: str | None) -> LearnMode:
     return "off"
 
 
-def _parse_lease(raw: str | None) -> int:
-    """How long an attempt counts as in flight at most; malformed: the default, one warning."""
+def _parse_default_on_error(raw: str | None, name: str, default: int, high: int) -> int:
+    """A wave-3 whole-number setting: malformed is its default with one warning, and the
+    feature stays on."""
     try:
-        return _parse_whole_number(
-            raw, LEASE_SECONDS_ENV, DEFAULT_LEASE_SECONDS, LONGEST_LEASE_SECONDS
-        )
+        return _parse_whole_number(raw, name, default, high)
     except _Malformed:
-        warn_once(LEASE_SECONDS_ENV, "%s is malformed; leases last the default 300 s")
-        return DEFAULT_LEASE_SECONDS
+        warn_once(name, "%s is malformed; its default is used")
+        return default
 
 
 def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:

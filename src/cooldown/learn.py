@@ -10,6 +10,7 @@ the bounds instead of a fixed fallback. Estimates are a bounded cache keyed by H
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -39,29 +40,36 @@ class _Estimate:
     clean_episodes: int = 0
     used: float = 0.0
 
-    def target(self, elapsed: float, fallback: float) -> float:
-        """When, counted from the episode's start, the key should be tried again."""
+    def target(self, elapsed: float, fallback: float, first_delay: float | None) -> float:
+        """When, counted from the episode's start, the key should be tried again.
+
+        With an estimate, bisect it. Without one: a short `first_delay` doubled at each
+        further throttle of the episode (up to the fallback), or the wave-2 upward search.
+        """
         upper = self.upper
         if upper is not None and upper > elapsed:
             if upper - self.lower <= CLOSE_ENOUGH * upper:
                 return upper
             middle = (self.lower + upper) / 2
             return middle if middle > elapsed else upper
+        if first_delay is not None:
+            doublings = min(self.throttles_in_episode - 1, 62)
+            return elapsed + min(fallback, math.ldexp(first_delay, doublings))
         if elapsed == 0:
             return fallback
         return max(2 * max(self.lower, elapsed), elapsed + fallback)  # search upwards
 
-    def throttled(self, now: float, fallback: float) -> float:
+    def throttled(self, now: float, fallback: float, first_delay: float | None) -> float:
         """An advice-less throttle; returns the delay from `now` the evidence suggests."""
         if self.episode_start is None:
             self.episode_start, self.throttles_in_episode = now, 1
-            return self.target(0.0, fallback)
+            return self.target(0.0, fallback, first_delay)
         elapsed = max(0.0, now - self.episode_start)
         self.lower = max(self.lower, elapsed)
         if self.upper is not None and self.lower >= self.upper:
             self.upper = None  # contradiction: the window grew, search again
         self.throttles_in_episode += 1
-        return self.target(elapsed, fallback) - elapsed
+        return self.target(elapsed, fallback, first_delay) - elapsed
 
     def succeeded(self, now: float) -> None:
         if self.episode_start is None:
@@ -114,11 +122,15 @@ class WindowLearner:
         max_seconds: int,
         now: float,
         mode: LearnMode,
+        first_delay: float | None = None,
     ) -> float:
-        """The fallback delay to record for an advice-less throttle (`fallback` in shadow)."""
+        """The fallback delay to record for an advice-less throttle (`fallback` in shadow).
+
+        `first_delay` (SPEC §15): until an estimate exists, start short and double.
+        """
         entry = self._id(namespace, credential, scope)
         with self._lock:
-            learned = self._estimate(entry, now).throttled(now, fallback)
+            learned = self._estimate(entry, now).throttled(now, fallback, first_delay)
         delay = min(float(max_seconds), max(1.0, learned))
         if mode == "shadow":
             logger.info(

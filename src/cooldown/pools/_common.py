@@ -183,6 +183,7 @@ def _learned_fallback(
             max_seconds=current.max_seconds,
             now=now,
             mode=current.learn,
+            first_delay=min(current.first_delay, current.max_seconds),
         )
     elif health == "accepted":
         window_learner.succeeded(namespace, key, scope, now=now)
