@@ -325,3 +325,30 @@ def test_an_unreachable_sentinel_is_as_quick(monkeypatch: pytest.MonkeyPatch) ->
     started = time.monotonic()
     CredentialPool.record(P, "sk-x", 429, model="m")
     assert time.monotonic() - started < 0.5
+
+
+# -- 3. one caller's `now` cannot rewrite everyone's state ---------------------------------------
+
+
+def test_a_wall_clock_now_is_refused_before_it_prunes_anything() -> None:
+    store = ModelCooldown()
+    store.record("p", "k", THROTTLED, model="m", retry_after_seconds=60)
+    with pytest.raises(ValueError, match="time.monotonic"):
+        store.select("p", ["k"], model="m", now=time.time())
+    with pytest.raises(ValueError, match="time.monotonic"):
+        CredentialPool.record(P, "k", 429, model="m", now=time.time())
+    with pytest.raises(ModelCooldownExhausted):  # the real cooldown is still there
+        store.select("p", ["k"], model="m")
+
+
+def test_a_caller_passing_zero_does_not_cut_other_callers_cooldowns() -> None:
+    store = ModelCooldown()
+    store.record("p", "k", THROTTLED, model="m", retry_after_seconds=3000, now=5000.0)
+    assert store.select("p", ["other"], model="m", now=0.0) == "other"
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        store.select("p", ["k"], model="m", now=5001.0)
+    assert raised.value.retry_after == 2999  # not cut to 0 + 3600
+    store.select("p", ["other"], model="m", now=5001.0, max_seconds=60)  # a lowered maximum
+    with pytest.raises(ModelCooldownExhausted) as lowered:
+        store.select("p", ["k"], model="m", now=5001.0, max_seconds=60)
+    assert lowered.value.retry_after == 60

@@ -22,6 +22,7 @@ __all__ = [
     "wall_clock",
 ]
 
+A_YEAR = 365 * 24 * 3600.0
 LARGEST_NOW = 1e12
 """Monotonic seconds (about 31,700 years): a larger `now` is a caller's mistake, not a time."""
 
@@ -60,6 +61,10 @@ def resolve_now(now: float | None) -> float:
     current = finite_number(now, "now")
     if not -LARGEST_NOW <= current <= LARGEST_NOW:
         raise ValueError("now must be monotonic seconds (time.monotonic()), not a huge number")
+    if abs(current - time.time()) < A_YEAR < abs(current - time.monotonic()):
+        # Within a year of the wall clock and far from the monotonic one: time.time() by
+        # mistake, which would expire every other caller's cooldowns at once.
+        raise ValueError("now must be time.monotonic(), not time.time()")
     return current
 
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from heapq import heappop, heappush
 
-__all__ = ["CALLER_SKEW_SECONDS", "DeadlineSchedule"]
-
-CALLER_SKEW_SECONDS = 10.0
-"""How far a deadline may pass `now + max_seconds` before the maximum is enforced by a
-truncation, when the maximum itself did not shrink: threads whose `now` was read a moment
-apart never rescan the table (a lowered maximum always truncates at once)."""
+__all__ = ["DeadlineSchedule"]
 
 
 class DeadlineSchedule:
@@ -31,10 +27,10 @@ class DeadlineSchedule:
         "capacity",
         "deadlines",
         "dropped_at_capacity_total",
+        "high_water",
         "latest",
         "overflow_until",
         "recorded_total",
-        "widest",
     )
 
     def __init__(
@@ -51,7 +47,7 @@ class DeadlineSchedule:
         self._forget = forget
         self._expired = expired  # hears of entries that left because their deadline passed
         self.latest = 0.0  # no live deadline is later: truncation needs no scan below it
-        self.widest = 0  # the largest maximum any live deadline was written under
+        self.high_water = -math.inf  # the latest `now` any call passed
         self.overflow_until = 0.0  # the capacity guard: new entries were refused until then
         self.recorded_total = 0
         self.dropped_at_capacity_total = 0
@@ -90,14 +86,16 @@ class DeadlineSchedule:
                     self._expired(entry)
         if self.overflow_until and self.overflow_until <= now:
             self.overflow_until = 0.0
-        if self.latest > now + max_seconds and (
-            max_seconds < self.widest or self.latest > now + max_seconds + CALLER_SKEW_SECONDS
-        ):
-            self._truncate(now + max_seconds, max_seconds)
+        if now > self.high_water:
+            self.high_water = now
+        # Against the latest `now` seen: a caller whose clock was read a moment ago (or a
+        # caller passing 0) cannot cut everyone's cooldowns; a lowered maximum still does.
+        if self.latest > self.high_water + max_seconds:
+            self._truncate(self.high_water + max_seconds)
         if self._scheduled > 2 * len(deadlines) + 64:
             self._reschedule()
 
-    def _truncate(self, limit: float, max_seconds: int) -> None:
+    def _truncate(self, limit: float) -> None:
         """A lowered maximum shortens every live cooldown, once (an operator's incident lever)."""
         deadlines = self.deadlines
         for entry, deadline in deadlines.items():
@@ -106,7 +104,6 @@ class DeadlineSchedule:
         if self.overflow_until > limit:
             self.overflow_until = limit
         self.latest = limit
-        self.widest = max_seconds
         self._reschedule()
 
     def _reschedule(self) -> None:
@@ -120,7 +117,7 @@ class DeadlineSchedule:
     def full(self) -> bool:
         return len(self.deadlines) >= self.capacity
 
-    def put(self, entry: bytes, deadline: float, max_seconds: int) -> float:
+    def put(self, entry: bytes, deadline: float) -> float:
         """Keep the later deadline; when full, add nothing and raise the guard instead.
 
         Returns the entry's deadline (the guard's, for an entry refused at capacity).
@@ -136,7 +133,6 @@ class DeadlineSchedule:
             return deadline
         deadlines[entry] = deadline
         self._schedule(entry, deadline)
-        self.widest = max(self.widest, max_seconds)
         if deadline > self.latest:
             self.latest = deadline
         self.recorded_total += 1
@@ -153,7 +149,7 @@ class DeadlineSchedule:
         self._due.clear()
         self._scheduled = 0
         self.latest = 0.0
-        self.widest = 0
+        self.high_water = -math.inf
         self.overflow_until = 0.0
         self.recorded_total = 0
         self.dropped_at_capacity_total = 0

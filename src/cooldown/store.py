@@ -167,7 +167,7 @@ class ModelCooldown(Inspection, Attempts):
                     self._schedule.discard(entry)
             else:
                 entry, deadline = self._store(
-                    b"".join(map(self._digest, parts)), current_time + cooling, ceiling
+                    b"".join(map(self._digest, parts)), current_time + cooling
                 )
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
@@ -181,7 +181,7 @@ class ModelCooldown(Inspection, Attempts):
                 sharing.backend.record(shared_entry, current_time + cooling, current_time, ceiling)
         return deadline
 
-    def _store(self, entry: bytes, deadline: float, max_seconds: int) -> tuple[bytes, float]:
+    def _store(self, entry: bytes, deadline: float) -> tuple[bytes, float]:
         """Write one entry (lock held); return the entry actually written and its deadline.
 
         A new scope entry beyond its credential's budget is stored as a credential-wide
@@ -191,10 +191,10 @@ class ModelCooldown(Inspection, Attempts):
         if len(entry) > DIGEST_SIZE and entry not in self._deadlines:
             if not self._budget.admits(entry, self._deadlines):
                 self._escalated_total += 1
-                return self._store(entry[:DIGEST_SIZE], deadline, max_seconds)
+                return self._store(entry[:DIGEST_SIZE], deadline)
             if not schedule.full():
                 self._budget.added(entry)
-        return entry, schedule.put(entry, deadline, max_seconds)
+        return entry, schedule.put(entry, deadline)
 
     # -- selection ----------------------------------------------------------------------------
 
