@@ -333,9 +333,9 @@ def test_an_unreachable_sentinel_is_as_quick(monkeypatch: pytest.MonkeyPatch) ->
 def test_a_wall_clock_now_is_refused_before_it_prunes_anything() -> None:
     store = ModelCooldown()
     store.record("p", "k", THROTTLED, model="m", retry_after_seconds=60)
-    with pytest.raises(ValueError, match="time.monotonic"):
+    with pytest.raises(ValueError, match=r"time\.monotonic"):
         store.select("p", ["k"], model="m", now=time.time())
-    with pytest.raises(ValueError, match="time.monotonic"):
+    with pytest.raises(ValueError, match=r"time\.monotonic"):
         CredentialPool.record(P, "k", 429, model="m", now=time.time())
     with pytest.raises(ModelCooldownExhausted):  # the real cooldown is still there
         store.select("p", ["k"], model="m")

@@ -185,8 +185,8 @@ class Claim:
 def _bounded_set(
     table: dict[bytes, _Value], entry: bytes, value: _Value, *, limit: int = MAX_TRACKED
 ) -> None:
-    """Set, moving the entry to the newest end; drop the oldest beyond `limit`."""
-    table.pop(entry, None)
+    """Set; beyond `limit` entries drop the oldest inserted (an approximation of LRU that
+    costs one dict write on the hot path)."""
     table[entry] = value
     if len(table) > limit:
         del table[next(iter(table))]

@@ -61,9 +61,9 @@ def resolve_now(now: float | None) -> float:
     current = finite_number(now, "now")
     if not -LARGEST_NOW <= current <= LARGEST_NOW:
         raise ValueError("now must be monotonic seconds (time.monotonic()), not a huge number")
-    if abs(current - time.time()) < A_YEAR < abs(current - time.monotonic()):
-        # Within a year of the wall clock and far from the monotonic one: time.time() by
-        # mistake, which would expire every other caller's cooldowns at once.
+    if current > 1e9 and abs(current - time.time()) < A_YEAR < abs(current - time.monotonic()):
+        # Within a year of the wall clock (over 10^9 s) and far from the monotonic clock:
+        # time.time() by mistake, which would expire every other caller's cooldowns at once.
         raise ValueError("now must be time.monotonic(), not time.time()")
     return current
 
