@@ -336,3 +336,39 @@ def test_unix_socket(
     server = redis_servers(unix=True)
     shared_between_two_processes(worker_processes(2, worker_env(server.url), "--stats-of-pool"))
     assert redis.Redis(unix_socket_path=server.unix_path).zcard(DEADLINES) == 1
+
+
+# -- round 3 -------------------------------------------------------------------------------------
+
+
+def test_a_frozen_cluster_costs_a_bounded_wait_once_per_backoff(cluster: list[Server]) -> None:
+    """redis-py re-reads the topology from every node after a timeout: with every node frozen
+    a call waits (1 + nodes) timeouts, and the backoff spares the calls after it."""
+    hosts = ",".join(f"127.0.0.1:{node.port}" for node in cluster)
+    store = attached(f"redis+cluster://{hosts}", timeout=0.5)
+    store.record("p", K1, THROTTLED, model="m", now=5000.0)  # connected, topology known
+    assert store.stats()["shared_errors_total"] == 0
+    for node in cluster:
+        node.freeze()
+    try:
+        _, first = timed(lambda: store.record("p", K2, THROTTLED, model="m", now=5001.0))
+        _, second = timed(lambda: store.record("p", K2, THROTTLED, model="m", now=5001.5))
+    finally:
+        for node in cluster:
+            node.thaw()
+    assert first < (1 + len(cluster)) * 0.5 + 0.4  # no retry on top (was 2 attempts)
+    assert second < 0.05  # inside the backoff: Redis is not asked
+    assert store.stats()["shared_errors_total"] == 1
+
+
+def test_a_caller_passing_zero_cuts_no_shared_cooldown(
+    redis_servers: Callable[..., Server],
+) -> None:
+    server = redis_servers()
+    writer, other = attached(server.url), attached(server.url)
+    writer.record("p", K1, THROTTLED, model="m", retry_after_seconds=3000, now=5000.0)
+    other.select("p", [K2], model="m", now=5000.0)  # this process has seen the real time
+    other.record("p", K2, THROTTLED, model="m", now=0.0)  # one caller with a zero clock
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        attached(server.url).select("p", [K1], model="m", now=5001.0)
+    assert raised.value.retry_after == 2999

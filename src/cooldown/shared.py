@@ -124,7 +124,7 @@ def _connect(endpoint: RedisEndpoint, timeout: float) -> Any:
     once: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}  # one attempt, one timeout
     if endpoint.mode == "cluster":
         nodes = [ClusterNode(host, port) for host, port in endpoint.hosts]  # type: ignore[no-untyped-call]
-        return RedisCluster(startup_nodes=nodes, cluster_error_retry_attempts=0, **once, **common)
+        return RedisCluster(startup_nodes=nodes, **once, **common)
     single = {**common, **once, "db": endpoint.db, "health_check_interval": 0}
     if endpoint.mode == "sentinel":
         # The Sentinel's own connections get the same single attempt and timeouts as the rest.
@@ -137,7 +137,7 @@ def _connect(endpoint: RedisEndpoint, timeout: float) -> Any:
     client = Redis(host=host, port=port, **single)
     if client.info("cluster").get("cluster_enabled"):  # a plain URL naming a cluster node
         client.close()
-        return RedisCluster(host=host, port=port, cluster_error_retry_attempts=0, **once, **common)
+        return RedisCluster(host=host, port=port, **once, **common)
     return client
 
 
@@ -178,6 +178,7 @@ class RedisObservations:
         self._retry_at = 0.0
         self._backoff = FIRST_BACKOFF_SECONDS
         self._outage = 0  # grows at each outage and each failed retry
+        self._high_water = -math.inf  # the latest `now` a call passed
 
     def __repr__(self) -> str:
         return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
@@ -210,11 +211,17 @@ class RedisObservations:
         return _finite(wall_ms) / 1000 - self._offset
 
     def _window(self, now: float, max_seconds: int) -> list[int]:
-        """now, the latest deadline trusted, and where a later one is cut to (wall ms)."""
+        """now, the latest deadline trusted, and where a later one is cut to (wall ms).
+
+        Trust is measured from the latest `now` this process has passed, so one caller's
+        stale or zero `now` cannot cut the cooldowns every other process wrote.
+        """
+        with self._lock:
+            self._high_water = reference = max(self._high_water, now)
         return [
             self._to_wall_ms(now),
-            self._to_wall_ms(now + max_seconds + CLOCK_SKEW_SECONDS),
-            self._to_wall_ms(now + max_seconds),
+            self._to_wall_ms(reference + max_seconds + CLOCK_SKEW_SECONDS),
+            self._to_wall_ms(reference + max_seconds),
         ]
 
     # -- failure handling ---------------------------------------------------------------------
