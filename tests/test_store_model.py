@@ -51,13 +51,17 @@ class Reference:
         self.entries: dict[tuple[str, str, tuple[str, str] | None], float] = {}
         self.overflow = 0.0
         self.escalated = 0
+        self.latest_now = -math.inf
 
     def prune(self, now: float, ceiling: float) -> None:
-        """Drop what expired, then cap what is left at `now + ceiling` (a lowered maximum)."""
-        self.entries = {k: min(d, now + ceiling) for k, d in self.entries.items() if d > now}
+        """Drop what expired, then cap what is left at the latest `now` seen + `ceiling` (a
+        lowered maximum; a caller whose clock lags cuts nothing)."""
+        self.latest_now = max(self.latest_now, now)
+        limit = self.latest_now + ceiling
+        self.entries = {k: min(d, limit) for k, d in self.entries.items() if d > now}
         if self.overflow <= now:
             self.overflow = 0.0
-        self.overflow = min(self.overflow, now + ceiling)
+        self.overflow = min(self.overflow, limit)
 
     def scopes_held(self, provider: str, key: str) -> int:
         return sum(1 for p, k, s in self.entries if (p, k) == (provider, key) and s is not None)
@@ -160,7 +164,7 @@ class StoreMachine(RuleBasedStateMachine):
         )
         assert actual == expected
 
-    def _call(self, method, provider, keys, model, bucket, legacy, ceiling):  # type: ignore[no-untyped-def]
+    def _call(self, method, provider, keys, model, bucket, legacy, ceiling, now):  # type: ignore[no-untyped-def]
         try:
             return method(
                 provider,
@@ -168,7 +172,7 @@ class StoreMachine(RuleBasedStateMachine):
                 model=model,
                 quota_bucket=bucket,
                 max_seconds=ceiling,
-                now=self.now,
+                now=now,
                 legacy_rest_until=legacy,
             )
         except ModelCooldownExhausted as error:
@@ -184,9 +188,11 @@ class StoreMachine(RuleBasedStateMachine):
         legacy_offsets=st.dictionaries(st.sampled_from(KEYS), st.floats(-50, 50), max_size=2),
         ceiling=st.sampled_from([1, 30, 3600]),
         how=st.sampled_from(["available", "eligible", "select"]),
+        lag=st.sampled_from([0.0, 0.0, 0.0, 1e-6, 2.0]),  # a caller whose clock was read earlier
     )
-    def choose(self, provider, keys, model, bucket, legacy_offsets, ceiling, how):  # type: ignore[no-untyped-def]
-        legacy = {key: self.now + offset for key, offset in legacy_offsets.items()}
+    def choose(self, provider, keys, model, bucket, legacy_offsets, ceiling, how, lag):  # type: ignore[no-untyped-def]
+        now = self.now - lag
+        legacy = {key: now + offset for key, offset in legacy_offsets.items()}
         expected = self.reference.select(
             provider,
             keys,
@@ -194,13 +200,13 @@ class StoreMachine(RuleBasedStateMachine):
             bucket,
             legacy,
             ceiling,
-            self.now,
+            now,
             raise_empty=how != "available",
         )
         if how == "select" and isinstance(expected, list):
             expected = expected[0] if expected else None
         actual = self._call(
-            getattr(self.store, how), provider, keys, model, bucket, legacy, ceiling
+            getattr(self.store, how), provider, keys, model, bucket, legacy, ceiling, now
         )
         assert actual == expected
 
