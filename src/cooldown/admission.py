@@ -99,7 +99,7 @@ class Admission:
             if token in self._leases:
                 self._end(token)
 
-    def held(self, entry: bytes, credential: bytes, now: float) -> float:
+    def held(self, entry: bytes, now: float) -> float:
         """0.0 when the key may be dispatched for this scope now; else until when it is held
         back (`now + 1` for a probe in flight, the reset for a spent budget)."""
         self._expire(now)
@@ -114,7 +114,7 @@ class Admission:
                 return reset
         return 0.0
 
-    def load(self, entry: bytes, now: float) -> Load:
+    def load(self, entry: bytes) -> Load:
         budget = self._budgets.get(entry)
         return Load(
             self._in_flight.get(entry, 0),
@@ -156,9 +156,6 @@ class Admission:
             self._in_flight.pop(entry, None)
         if self._probing.get(entry) == token:
             del self._probing[entry]
-
-    def in_flight(self, entry: bytes) -> int:
-        return self._in_flight.get(entry, 0)
 
 
 Order = Literal["configured", "spread"]

@@ -162,9 +162,9 @@ def admissible(
         if key in legacy:
             release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
         if release <= now:
-            release = admission.held(entry, credential, now)
+            release = admission.held(entry, now)
         if release <= now:
-            load = admission.load(entry, now) if spread else _NO_LOAD
+            load = admission.load(entry) if spread else _NO_LOAD
             free.append((load, position, key, credential, entry))
         elif release < earliest:
             earliest = release

@@ -7,9 +7,8 @@ from heapq import heapify, heappop, heappush
 
 from ..forksafe import new_lock
 
-__all__ = ["LEGACY_MAP_FLOOR", "MAX_LIVE_RESTS", "LegacyRests"]
+__all__ = ["MAX_LIVE_RESTS", "LegacyRests"]
 
-LEGACY_MAP_FLOOR = 1024
 MAX_LIVE_RESTS = 10000
 """Live rests held at most: beyond, a new key's rest is dropped and counted (a caller
 recording 10^6 distinct keys cannot grow the map; configured keys are a few dozen)."""
