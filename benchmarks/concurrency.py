@@ -8,8 +8,10 @@ answers after `--latency` seconds and, by mode, advertises OpenAI-style rate-lim
 32 threads. Strategies: naive round-robin with no cooldown, fill-first (`order="configured"`,
 wave 2's `dispatch`) and the wave-3 default (`order="spread"`: in flight, one probe after a
 release, budgets). For `silent` the learner runs (`MODEL_COOLDOWN_LEARN=apply`).
-Prints one table row per run: served, provider 429s per key-model window, client 429s, and
-the added latency (p50/p99 over the upstream's own).
+Prints one table row per run: served, provider 429s per key-model window, client 429s, the
+most dispatches that reached a key-model in a window after a throttled one before the first
+of them was answered (1: a single probe; more: a herd), and the added latency (p50/p99 over
+the upstream's own).
 """
 
 from __future__ import annotations
@@ -46,10 +48,16 @@ class Upstream:
     latency: float
     started: float = 0.0
     used: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    arrivals: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
+    throttled: set[tuple[str, str, int]] = field(default_factory=set)
     throttles: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, key: str, model: str) -> tuple[int, dict[str, str]]:
+        arrived = time.monotonic() - self.started
+        with self.lock:
+            index = math.floor(arrived / self.window)
+            self.arrivals.setdefault((key, model, index), []).append(arrived)
         time.sleep(self.latency)
         now = time.monotonic() - self.started
         index = math.floor(now / self.window)
@@ -58,12 +66,24 @@ class Upstream:
             count = self.used.get((key, model, index), 0)
             if count >= self.quota:
                 self.throttles += 1
+                self.throttled.add((key, model, index))
                 headers = {} if self.mode == "silent" else {"Retry-After": str(math.ceil(reset))}
                 if self.mode == "headers":
                     headers.update(self._limits(0, reset))
                 return 429, headers
             self.used[(key, model, index)] = count + 1
         return 200, self._limits(self.quota - count - 1, reset) if self.mode == "headers" else {}
+
+    def before_first_answer(self) -> list[int]:
+        """Per key-model window that follows a throttled one: the dispatches that arrived
+        before the window's first dispatch was answered (1 means one probe, no herd)."""
+        counts = []
+        for key, model, index in self.throttled:
+            arrivals = sorted(self.arrivals.get((key, model, index + 1), []))
+            if arrivals:
+                first_answer = arrivals[0] + self.latency
+                counts.append(sum(1 for moment in arrivals if moment < first_answer))
+        return counts
 
     def _limits(self, remaining: int, reset: float) -> dict[str, str]:
         return {
@@ -160,7 +180,9 @@ def run(strategy: str, mode: str, load: float, args: argparse.Namespace) -> dict
     windows = math.ceil((time.monotonic() - start) / args.window)
     pairs = len(KEYS) * len(MODELS)
     added = sorted(result.added) or [0.0]
+    herd = upstream.before_first_answer() or [0]
     return {
+        "before first answer, max": max(herd),
         "offered": total,
         "served": result.served,
         "capacity share": result.served / (capacity * args.seconds),
@@ -193,9 +215,10 @@ def main() -> None:
     )
     print(
         "| mode | load | strategy | served / offered | capacity served | provider 429s per "
-        "key-model window | client 429s | added p50 / p99 ms |"
+        "key-model window | client 429s | dispatches before the first answer after a throttled "
+        "window, max | added p50 / p99 ms |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         for load in map(float, args.loads.split(",")):
             for strategy in ("naive round-robin", "fill-first (wave 2)", "spread (wave 3)"):
@@ -204,7 +227,8 @@ def main() -> None:
                     f"| {mode} | {load:g}x | {strategy} | {figures['served']:.0f} / "
                     f"{figures['offered']:.0f} | {figures['capacity share']:.0%} | "
                     f"{figures['provider 429s per key-model window']:.2f} | "
-                    f"{figures['client 429s']:.0f} | {figures['p50 added ms']:.1f} / "
+                    f"{figures['client 429s']:.0f} | {figures['before first answer, max']:.0f} | "
+                    f"{figures['p50 added ms']:.1f} / "
                     f"{figures['p99 added ms']:.1f} |",
                     flush=True,
                 )
