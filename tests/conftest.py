@@ -58,9 +58,11 @@ def fresh_warnings() -> Iterator[None]:
     """Forget which settings already warned, so log-once can be observed again."""
     config._warned.clear()
     config._parse.cache_clear()
+    config._last_read[0] = None
     yield
     config._warned.clear()
     config._parse.cache_clear()
+    config._last_read[0] = None
 
 
 @pytest.fixture

@@ -307,10 +307,22 @@ def _decoded(raw: tuple[Any, ...]) -> tuple[str | None, ...]:
     return tuple(None if value is None else decode(value) for value in raw)
 
 
+_last_read: list[Any] = [None, CooldownSettings()]  # the raw values last read, and their parse
+
+
 def settings(environ: Mapping[str, str] | None = None) -> CooldownSettings:
     """Read the settings now, so a changed environment applies to the next call."""
     if environ is None:  # the hot path: os.environ holds only strings
-        return _parse(_process_environment())
+        data = getattr(os.environ, "_data", None)
+        if not isinstance(data, dict) or _ENCODED_NAMES is None:
+            return _parse(_process_environment())
+        raw = tuple(map(data.get, _ENCODED_NAMES))
+        last_raw, last = _last_read
+        if raw == last_raw:  # unchanged since the last call: no decoding, no cache lookups
+            return last  # type: ignore[no-any-return]
+        current = _parse(_decoded(raw))
+        _last_read[:] = [raw, current]
+        return current
     if not isinstance(environ, Mapping):
         raise TypeError("environ must be a mapping of str to str")
     return _parse(tuple(environment_value(environ, name) for name in _PARSED_ENV))

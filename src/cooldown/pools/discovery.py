@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import NamedTuple
 
 from ..config import bounded_int, environment_value, warn_once
@@ -72,6 +73,7 @@ def discover(token: str, scan: Scan, environ: Mapping[str, object] | None) -> li
     return keys
 
 
+@lru_cache(maxsize=256)
 def numbered_keys(base: str) -> Scan:
     """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
     marker = base + "_"
