@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import ClassVar, TypeVar
 
 from ..advice import QuotaBuckets
-from ..arguments import require_keys, resolve_now
+from ..arguments import resolve_now
 from ..forksafe import new_lock
 from ..headers import header_value
 from ..outcome import UpstreamOutcome
 from ..status import PoolStatus, keys_status
-from ..store import Order, model_cooldown
+from ..store import Order
 from ._common import (
     ScopedRecording,
-    by_affinity,
-    check_affinity,
     check_evidence,
-    scoped_max_seconds,
     scoped_settings,
     shared_state_configured,
     status_code,
     store_evidence,
 )
-from .discovery import discover, numbered_keys
 from .dispatching import steps_for
 from .legacy import LegacyRests
 from .rotation import arotate, refuse_coroutine_function, rotate
+from .selecting import KeySelection
 
 __all__ = ["CredentialPool"]
 
@@ -47,7 +44,7 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-class CredentialPool:
+class CredentialPool(KeySelection):
     """Provider key pools, used on the class: `CredentialPool.select("ce-gpt-plus")`.
 
     Legacy behaviour (feature off, or no model/bucket on the call) rests a key provider-wide
@@ -87,14 +84,6 @@ class CredentialPool:
     def providers(cls) -> list[str]:
         """Every registered provider, in registration order."""
         return list(cls._providers)
-
-    @classmethod
-    def keys(cls, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
-        """The configured keys in order; `[]` for a provider that is not registered."""
-        base = cls._providers.get(provider)
-        if base is None:
-            return []
-        return discover(base, numbered_keys(base), environ)
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -183,115 +172,6 @@ class CredentialPool:
                 credential_wide_auth=credential_wide_auth,
                 retry_after_seconds=retry_after_seconds,
             )
-
-    # -- selection ----------------------------------------------------------------------------
-
-    @classmethod
-    def available(
-        cls,
-        provider: str,
-        keys: Sequence[str] | None = None,
-        *,
-        now: float | None = None,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        affinity: str | None = None,
-        order: Order = "configured",
-    ) -> list[str]:
-        """The keys free for this call, in configured (affinity, or spread) order; may be empty."""
-        return cls._filter(
-            provider, keys, now, model, quota_bucket, affinity, order, raise_when_empty=False
-        )
-
-    @classmethod
-    def eligible(
-        cls,
-        provider: str,
-        keys: Sequence[str] | None = None,
-        *,
-        now: float | None = None,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        affinity: str | None = None,
-        order: Order = "configured",
-    ) -> list[str]:
-        """`available`, except that a scoped all-cooling pool raises the 429 `select` would."""
-        return cls._filter(
-            provider, keys, now, model, quota_bucket, affinity, order, raise_when_empty=True
-        )
-
-    @classmethod
-    def _filter(
-        cls,
-        provider: str,
-        keys: Sequence[str] | None,
-        now: float | None,
-        model: str | None,
-        quota_bucket: str | None,
-        affinity: str | None,
-        order: Order,
-        *,
-        raise_when_empty: bool,
-    ) -> list[str]:
-        affinity = check_affinity(affinity)
-        max_seconds = scoped_max_seconds(model, quota_bucket)
-        candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
-        current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time)
-        if max_seconds is None:
-            return [key for key in candidates if key not in rests]
-        filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
-        free = filter_keys(
-            provider,
-            candidates,
-            model=model,
-            quota_bucket=quota_bucket,
-            max_seconds=max_seconds,
-            now=current_time,
-            legacy_rest_until=rests,
-            order=order,
-        )
-        return by_affinity(free, affinity)
-
-    @classmethod
-    def select(
-        cls,
-        provider: str,
-        *,
-        now: float | None = None,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        affinity: str | None = None,
-        order: Order = "configured",
-    ) -> str | None:
-        """The key to dispatch with, or `None` when none is configured.
-
-        Legacy: when every key rests, the first configured key (the old fallback).
-        Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched. With
-        an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
-        """
-        max_seconds = scoped_max_seconds(model, quota_bucket)
-        if check_affinity(affinity) is not None and max_seconds is not None:
-            free = cls.eligible(
-                provider, now=now, model=model, quota_bucket=quota_bucket, affinity=affinity
-            )
-            return free[0] if free else None
-        candidates = cls.keys(provider)
-        current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time)
-        if max_seconds is None:
-            free = [key for key in candidates if key not in rests]
-            return free[0] if free else (candidates[0] if candidates else None)
-        return model_cooldown.select(
-            provider,
-            candidates,
-            model=model,
-            quota_bucket=quota_bucket,
-            max_seconds=max_seconds,
-            now=current_time,
-            legacy_rest_until=rests,
-            order=order,
-        )
 
     @classmethod
     def dispatch(
