@@ -75,8 +75,9 @@ def keys_status(
 ) -> PoolStatus:
     """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
     on both paths, how many models each key cools for."""
-    if current is not None or settings().enabled:  # status reads the shared state too
-        share_when_configured(model_cooldown, current or settings())
+    configured = current or settings()
+    if configured.enabled:  # status reads the shared state too, scoped or not
+        share_when_configured(model_cooldown, configured)
     scoped = model_cooldown.scoped_counts(provider, keys, now=now)
     if current is None:  # the legacy path: only the pool's own rests decide
         legacy: list[tuple[str | None, float]] = [

@@ -30,6 +30,16 @@ METRICS_MISSING = (
 SUMMED_GAUGES = ("live_observations", "capacity")  # each process holds its own
 SHARED_GAUGES = ("overflow_active", "shared", "shared_degraded")  # the worst process counts
 KEY_STATES = ("ready", "cooling", "cooling_some_models")
+KEYS_METRIC = ("model_cooldown_keys", "configured keys by provider and state")
+SCOPED_METRIC = (
+    "model_cooldown_scoped_cooldowns",
+    "live per-model (or bucket) cooldowns over the provider's keys",
+)
+
+
+def _named(name: str) -> tuple[str, str]:
+    """A counter or gauge of `stats()` as a metric: its name and its help text."""
+    return f"model_cooldown_{name.removesuffix('_total')}", name.replace("_", " ")
 
 
 def _families(summary: dict[str, Any]) -> list[Any]:
@@ -37,24 +47,16 @@ def _families(summary: dict[str, Any]) -> list[Any]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     families: list[Any] = [
-        GaugeMetricFamily(f"model_cooldown_{name}", name.replace("_", " "), value=summary[name])
+        GaugeMetricFamily(*_named(name), value=summary[name])
         for name in (*SUMMED_GAUGES, *SHARED_GAUGES)
     ]
     families += [
-        CounterMetricFamily(
-            f"model_cooldown_{name.removesuffix('_total')}", name.replace("_", " "), value=value
-        )
+        CounterMetricFamily(*_named(name), value=value)
         for name, value in summary.items()
         if name.endswith("_total")
     ]
-    keys = GaugeMetricFamily(
-        "model_cooldown_keys", "configured keys by provider and state", labels=["provider", "state"]
-    )
-    scoped = GaugeMetricFamily(
-        "model_cooldown_scoped_cooldowns",
-        "live per-model (or bucket) cooldowns over the provider's keys",
-        labels=["provider"],
-    )
+    keys = GaugeMetricFamily(*KEYS_METRIC, labels=["provider", "state"])
+    scoped = GaugeMetricFamily(*SCOPED_METRIC, labels=["provider"])
     for provider, counts in summary["providers"].items():
         for state in KEY_STATES:
             keys.add_metric([provider, state], counts[state])
@@ -71,8 +73,7 @@ class _Publisher:
         registry = CollectorRegistry()  # written to files, collected by MultiProcessCollector
         self._gauges = {
             name: Gauge(
-                f"model_cooldown_{name}",
-                name.replace("_", " "),
+                *_named(name),
                 registry=registry,
                 multiprocess_mode="livesum" if name in SUMMED_GAUGES else "livemax",
             )
@@ -83,15 +84,13 @@ class _Publisher:
         self._registry = registry
         self._counter_class = Counter
         self._keys = Gauge(
-            "model_cooldown_keys",
-            "configured keys by provider and state",
+            *KEYS_METRIC,
             ["provider", "state"],
             registry=registry,
             multiprocess_mode="livemax",
         )
         self._scoped = Gauge(
-            "model_cooldown_scoped_cooldowns",
-            "live per-model (or bucket) cooldowns over the provider's keys",
+            *SCOPED_METRIC,
             ["provider"],
             registry=registry,
             multiprocess_mode="livemax",
@@ -115,9 +114,7 @@ class _Publisher:
         counter = self._counters.get(name)
         if counter is None:
             counter = self._counters[name] = self._counter_class(
-                f"model_cooldown_{name.removesuffix('_total')}",
-                name.replace("_", " "),
-                registry=self._registry,
+                *_named(name), registry=self._registry
             )
         added = value - self._published.get(name, 0.0)
         if added > 0:

@@ -8,7 +8,7 @@ import hmac
 import os
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeGuard
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -44,10 +44,14 @@ def _configured_token(app: Any) -> object:
     return app.config.get(STATUS_TOKEN_ENV) or os.environ.get(STATUS_TOKEN_ENV)
 
 
+def _long_enough(token: object) -> TypeGuard[str]:
+    return isinstance(token, str) and len(token) >= MIN_TOKEN_LENGTH
+
+
 def check_token(app: Any) -> None:
     """A configured token shorter than 32 characters is a startup error, not a silent 404."""
     token = _configured_token(app)
-    if token and (not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH):
+    if token and not _long_enough(token):
         raise ValueError(f"{STATUS_TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters")
 
 
@@ -56,7 +60,7 @@ def status_token() -> str | None:
     token = _configured_token(current_app)
     if not token:
         return None
-    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:  # changed since startup
+    if not _long_enough(token):  # changed since startup
         warn_once(STATUS_TOKEN_ENV, "%s is malformed (32 characters at least); status is off")
         return None
     return token
