@@ -1,6 +1,10 @@
 """Wasted dispatches under concurrency: 32 client threads, real HTTP over loopback.
 
-Run by hand: `python benchmarks/concurrency.py [--latency 0.05] [--seconds 20] [--window 10]`.
+Run by hand: `python benchmarks/concurrency.py [--latency 0.05] [--seconds 20] [--window 10]`;
+with `--gunicorn`, the gateway runs as 4 gunicorn gthread workers (8 threads each, so all 32
+requests are in flight) sharing state through Redis (`MODEL_COOLDOWN_TEST_REDIS_URL`, default
+127.0.0.1:6379, under a prefix of each run's own, deleted afterwards); `--gunicorn local` runs
+the same workers each with its own state, for comparison.
 A loopback upstream gives each (key, model) `--quota` requests per fixed `--window`; it
 answers after `--latency` seconds and, by mode, advertises OpenAI-style rate-limit headers
 (`headers`), only `Retry-After` on its 429s (`retry-after`), or nothing at all (`silent`).
@@ -21,11 +25,17 @@ import itertools
 import logging
 import math
 import os
+import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import requests
 from flask import Flask, Response, request
@@ -34,10 +44,13 @@ from werkzeug.serving import make_server
 from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
 from cooldown.learn import window_learner
 
+REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+WORKERS, THREADS = 4, 8
 KEYS = [f"sk-bench-conc-{index}" for index in range(4)]
 MODELS = ["model-a", "model-b", "model-c"]
 CLIENTS = 32
 PROVIDER = "bench-concurrency"
+STRATEGIES = ("naive round-robin", "fill-first (wave 2)", "spread (wave 3)")
 
 
 @dataclass
@@ -142,13 +155,88 @@ def one_request(
     return 429 if answer is None else answer.status_code
 
 
+@contextmanager
+def gunicorn_gateway(strategy: str, upstream_url: str, learn: str, state: str) -> Iterator[str]:
+    """4 gthread workers sharing one fresh Redis prefix (or, `local`, each with its own
+    state); yields the gateway's URL."""
+    import redis
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    prefix = f"bench-conc-{uuid.uuid4().hex[:8]}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MODEL_")}
+    env.update(
+        MODEL_COOLDOWN_ENABLED="true",
+        MODEL_COOLDOWN_LEARN=learn,
+        BENCH_UPSTREAM_URL=upstream_url,
+        BENCH_STRATEGY=strategy,
+    )
+    if state == "redis":
+        env.update(
+            MODEL_COOLDOWN_REDIS_URL=REDIS_URL,
+            MODEL_COOLDOWN_REDIS_SECRET="benchmark-secret-" + "c" * 32,
+            MODEL_COOLDOWN_REDIS_PREFIX=prefix,
+        )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-w", str(WORKERS), "-k", "gthread",
+         "--threads", str(THREADS), "--backlog", "256", "-b", f"127.0.0.1:{port}",
+         "--log-level", "warning", "--pythonpath", str(Path(__file__).parent),
+         "concurrency_gateway:app"],
+        env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        for _ in range(WORKERS * THREADS):  # every worker booted and answering
+            while True:
+                try:
+                    requests.post(f"http://127.0.0.1:{port}/", timeout=5)
+                    break
+                except requests.ConnectionError:
+                    assert time.monotonic() < deadline, "gunicorn did not start"
+                    time.sleep(0.1)
+        time.sleep(1.0)
+        yield f"http://127.0.0.1:{port}/v1/chat/completions"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        client = redis.Redis.from_url(REDIS_URL)
+        for key in client.scan_iter(f"{{{prefix}}}:*"):
+            client.delete(key)
+        client.close()
+
+
 def run(strategy: str, mode: str, load: float, args: argparse.Namespace) -> dict[str, float]:
-    os.environ["MODEL_COOLDOWN_LEARN"] = "apply" if mode == "silent" else "off"
+    learn = "apply" if mode == "silent" else "off"
+    os.environ["MODEL_COOLDOWN_LEARN"] = learn
     model_cooldown.reset()
     CredentialPool.reset()
     window_learner.reset()
     upstream = Upstream(args.quota, args.window, mode, args.latency)
-    url, stop = serve(upstream)
+    upstream_url, stop = serve(upstream)
+    if args.gunicorn:
+        with gunicorn_gateway(strategy, upstream_url, learn, args.gunicorn) as gateway:
+            return offer(upstream, load, args, lambda model, session, counter: session.post(
+                gateway, json={"model": model}, timeout=60).status_code, stop)  # fmt: skip
+    return offer(
+        upstream,
+        load,
+        args,
+        lambda model, session, counter: one_request(
+            strategy, upstream_url, model, session, counter
+        ),
+        stop,
+    )
+
+
+def offer(
+    upstream: Upstream,
+    load: float,
+    args: argparse.Namespace,
+    request: Callable[[str, requests.Session, itertools.count[int]], int],
+    stop: Callable[[], None],
+) -> dict[str, float]:
+    """Open-loop traffic from 32 client threads; the figures of one run."""
     capacity = len(KEYS) * len(MODELS) * args.quota / args.window  # requests per second
     total = int(capacity * load * args.seconds)
     result = Run()
@@ -162,7 +250,7 @@ def run(strategy: str, mode: str, load: float, args: argparse.Namespace) -> dict
             due = start + index / (capacity * load)
             time.sleep(max(0.0, due - time.monotonic()))
             sent = time.monotonic()
-            status = one_request(strategy, url, MODELS[index % len(MODELS)], session, counter)
+            status = request(MODELS[index % len(MODELS)], session, counter)
             with result.lock:
                 if status == 200:
                     result.served += 1
@@ -201,6 +289,14 @@ def main() -> None:
     parser.add_argument("--quota", type=int, default=5, help="requests per key, model, window")
     parser.add_argument("--modes", default="headers,retry-after,silent")
     parser.add_argument("--loads", default="0.7,1.5")
+    parser.add_argument(
+        "--gunicorn",
+        nargs="?",
+        const="redis",
+        choices=("redis", "local"),
+        help="4 gthread workers sharing Redis (or each with its own state), not 1 process",
+    )
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
@@ -208,10 +304,14 @@ def main() -> None:
     for index, key in enumerate(KEYS[1:], start=1):
         os.environ[f"BENCH_CONCURRENCY_KEY_{index}"] = key
     CredentialPool.register(PROVIDER, "BENCH_CONCURRENCY_KEY")
+    where = "one process"
+    if args.gunicorn:
+        state = "sharing Redis" if args.gunicorn == "redis" else "each with its own state"
+        where = f"gunicorn, {WORKERS} gthread workers x {THREADS} threads, {state}"
     print(
         f"{len(KEYS)} keys x {len(MODELS)} models, quota {args.quota} per {args.window:g} s "
         f"window, latency {args.latency * 1000:g} ms, {CLIENTS} client threads, "
-        f"{args.seconds:g} s per run"
+        f"{args.seconds:g} s per run, {where}"
     )
     print(
         "| mode | load | strategy | served / offered | capacity served | provider 429s per "
@@ -221,7 +321,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         for load in map(float, args.loads.split(",")):
-            for strategy in ("naive round-robin", "fill-first (wave 2)", "spread (wave 3)"):
+            for strategy in args.strategies.split(","):
                 figures = run(strategy, mode, load, args)
                 print(
                     f"| {mode} | {load:g}x | {strategy} | {figures['served']:.0f} / "

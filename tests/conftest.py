@@ -180,6 +180,40 @@ def worker_processes() -> Iterator[Callable[..., list[Worker]]]:
         process.stdout.close()
 
 
+def two_processes_share_one_probe(
+    workers: list[Worker], provider: str, keys: tuple[str, str], model: str, now: float
+) -> None:
+    """Process A's probe (a real `dispatch`, its `send` blocked) holds the key for process B.
+
+    Both keys cool at `now`, the first for 10 s, the second for 100 s (SPEC §15).
+    """
+    first, second = workers
+    scope = {"model": model}
+    for key, seconds in zip(keys, (10, 100), strict=False):
+        first(
+            "record",
+            provider=provider,
+            key=key,
+            status=429,
+            scope=scope,
+            retry_after=seconds,
+            now=now,
+        )
+
+    def dispatch(worker: Worker, name: str, at: float) -> Any:
+        return worker("hold_dispatch", name=name, provider=provider, scope=scope, now=at)["value"]
+
+    def answer(worker: Worker, name: str) -> Any:
+        return worker("answer_dispatch", name=name, status=200)["value"]
+
+    assert dispatch(first, "probe", now + 11) == {"key": keys[0]}
+    refused = dispatch(second, "herd", now + 11.5)
+    assert refused == {"error": "ModelCooldownExhausted", "retry_after": 1}
+    assert answer(first, "probe") == {"status": 200, "keys": [keys[0]]}
+    assert dispatch(second, "next", now + 12) == {"key": keys[0]}
+    assert answer(second, "next") == {"status": 200, "keys": [keys[0]]}
+
+
 TEST_REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 """The Redis the suite may write to (under prefixes of its own, deleted afterwards)."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from cooldown import (
@@ -20,6 +22,8 @@ from cooldown import (
     classify_upstream_outcome,
     model_cooldown,
 )
+from cooldown.digests import scope_message
+from cooldown.learn import window_learner
 from cooldown.shared import RedisObservations
 
 
@@ -34,8 +38,73 @@ def small_cap_store(cap: int) -> ModelCooldown:
     return store
 
 
+@dataclass
+class Answer:
+    """What a held `send` answers: a status and its headers."""
+
+    status_code: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class HeldDispatch:
+    """A real `CredentialPool.dispatch` in a thread whose `send` blocks until told to answer."""
+
+    sent: threading.Event = field(default_factory=threading.Event)
+    answer: threading.Event = field(default_factory=threading.Event)
+    keys: list[str] = field(default_factory=list)
+    response: Answer = field(default_factory=Answer)
+    outcome: Any = None
+
+    def send(self, key: str) -> Answer:
+        self.keys.append(key)
+        self.sent.set()
+        assert self.answer.wait(10), "the test never answered"
+        return self.response
+
+    def run(self, command: dict[str, Any]) -> None:
+        try:
+            result = CredentialPool.dispatch(
+                command["provider"], self.send, **command["scope"], now=command["now"]
+            )
+            self.outcome = {"status": None if result is None else result.status_code}
+        except CooldownError as error:
+            self.outcome = {"error": type(error).__name__, "retry_after": error.retry_after}
+        self.sent.set()
+
+
+held: dict[str, tuple[HeldDispatch, threading.Thread]] = {}
+
+
+def hold_dispatch(command: dict[str, Any]) -> Any:
+    """Start a dispatch; answer with the key it sends with (or its error, if it sends none)."""
+    dispatch = HeldDispatch()
+    thread = threading.Thread(target=dispatch.run, args=(command,))
+    held[command["name"]] = (dispatch, thread)
+    thread.start()
+    assert dispatch.sent.wait(10)
+    return {"key": dispatch.keys[-1]} if dispatch.keys else dispatch.outcome
+
+
+def answer_dispatch(command: dict[str, Any]) -> Any:
+    """Let the held `send` return `status` (with `headers`); the dispatch's result."""
+    dispatch, thread = held.pop(command["name"])
+    dispatch.response = Answer(command["status"], command.get("headers", {}))
+    dispatch.answer.set()
+    thread.join(10)
+    return {**dispatch.outcome, "keys": dispatch.keys}
+
+
 def handle(command: dict[str, Any], store: ModelCooldown) -> Any:
     op = command.pop("op")
+    if op == "hold_dispatch":
+        return hold_dispatch(command)
+    if op == "answer_dispatch":
+        return answer_dispatch(command)
+    if op == "learned_bounds":
+        scope = scope_message(command["model"], None)
+        assert scope is not None
+        return window_learner.bounds(command["provider"], command["key"], scope)
     if op == "select":
         return CredentialPool.select(command["provider"], **command["scope"], now=command["now"])
     if op == "record":

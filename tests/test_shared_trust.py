@@ -29,6 +29,8 @@ from cooldown import (
     settings,
 )
 
+from .conftest import two_processes_share_one_probe
+
 try:
     import redis
 except ImportError:
@@ -298,6 +300,7 @@ def shared_between_two_processes(workers: list[Worker]) -> None:
     scope = {"model": "gpt-a"}
     first("record", provider=P, key=K1, status=429, scope=scope, retry_after=60, now=now)
     assert second("select", provider=P, scope=scope, now=now + 1) == {"value": K2}
+    two_processes_share_one_probe(workers, P, (K1, K2), "gpt-probe", now + 1000)
     stats = second("stats")["value"]
     assert (stats["shared"], stats["shared_errors_total"]) == (True, 0)
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import Literal, NamedTuple, TypeVar
 
+from .backend import SharedAttempt
+
 __all__ = ["ORDERS", "Admission", "Attempt", "Claim", "Load", "Order"]
 
 _Value = TypeVar("_Value")
@@ -26,12 +28,14 @@ RECENT_THROTTLES = 1024
 
 @dataclass(frozen=True)
 class Attempt:
-    """One dispatch in flight: the key's entries, when it started, whether it is the probe."""
+    """One dispatch in flight: the key's entries, when it started, whether it is the probe,
+    and, when the shared state admitted it, its shared half."""
 
     token: int
     entry: bytes  # credential digest + scope digest
     started: float
     probe: bool
+    shared: SharedAttempt | None = None
 
 
 class Load(NamedTuple):
@@ -125,18 +129,29 @@ class Admission:
 
     # -- attempts --------------------------------------------------------------------------
 
-    def start(self, entry: bytes, credential: bytes, now: float, lease: float) -> Attempt:
-        """Count one attempt in flight; it is the probe when the key's cooldown just ended."""
+    def start(
+        self,
+        entry: bytes,
+        credential: bytes,
+        now: float,
+        lease: float,
+        shared: tuple[bool, SharedAttempt] | None = None,
+    ) -> Attempt:
+        """Count one attempt in flight; it is the probe when the key's cooldown just ended
+        (or, when the shared state admitted it, when the shared state says so)."""
         self._next_token += 1
         token = self._next_token
         self._leases[token] = (entry, now + lease)
         heappush(self._lease_expiry, (now + lease, token))
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
         _bounded_set(self._last_dispatch, entry, now)
-        probe = entry in self._released or credential in self._released
+        if shared is None:
+            probe = entry in self._released or credential in self._released
+        else:
+            probe = shared[0]
         if probe:
             self._probing[entry] = token
-        return Attempt(token, entry, now, probe)
+        return Attempt(token, entry, now, probe, None if shared is None else shared[1])
 
     def finish(self, attempt: Attempt, *, served: bool, credential: bytes) -> None:
         """The attempt's answer was recorded (or `send` raised): release its count and probe."""
@@ -163,16 +178,35 @@ ORDERS: tuple[Order, ...] = ("configured", "spread")
 
 
 class Claim:
-    """What `admit` asks `_choose` to take under its lock: the first free key not excluded."""
+    """What `admit` asks `_choose` to take under its lock: the first free key not excluded.
 
-    def __init__(self, exclude: frozenset[str], lease: float) -> None:
+    `deferred` (shared state attached): take nothing, keep the free keys not excluded as
+    candidates for the shared admission, with what a 429 would need.
+    """
+
+    def __init__(self, exclude: frozenset[str], lease: float, *, deferred: bool = False) -> None:
         self.exclude = exclude
         self.lease = lease
+        self.deferred = deferred
         self.taken: tuple[str, Attempt] | None = None
+        self.candidates: list[tuple[str, bytes, bytes]] = []
+        self.excluded_free = False
+        self.now = self.earliest = 0.0
+        self.ceiling = 0
 
     def take(
-        self, admitted: Sequence[tuple[str, bytes, bytes]], admission: Admission, now: float
+        self,
+        admitted: Sequence[tuple[str, bytes, bytes]],
+        admission: Admission,
+        now: float,
+        earliest: float,
+        ceiling: int,
     ) -> None:
+        if self.deferred:
+            self.candidates = [item for item in admitted if item[0] not in self.exclude]
+            self.excluded_free = len(self.candidates) < len(admitted)
+            self.now, self.earliest, self.ceiling = now, earliest, ceiling
+            return
         for key, credential, entry in admitted:
             if key not in self.exclude:
                 self.taken = (key, admission.start(entry, credential, now, self.lease))

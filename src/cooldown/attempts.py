@@ -1,17 +1,34 @@
 """What `dispatch` asks of the store: admit a key and count it in flight, end the attempt,
-keep the provider's request budget (SPEC §15)."""
+keep the provider's request budget (SPEC §15).
+
+With shared state attached, admission is one round trip that admits for every process at once
+(in-flight counts, the probe after a release and budgets live in Redis), and the end of an
+attempt is one more that writes its answer and releases it; when Redis does not answer, the
+process-local bookkeeping decides, as without sharing.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from .admission import Admission, Attempt, Claim, Order
-from .arguments import finite_number, require_str, resolve_now
+from .arguments import finite_number, require_str, resolve_now, retry_after
+from .backend import SharedAttempt, Sharing
 from .budget import DIGEST_SIZE
 from .digests import PreparedHmac, credential_message, frame, scope_message
+from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 
-__all__ = ["Attempts"]
+__all__ = ["Attempts", "ending_attempt"]
+
+_ending: ContextVar[SharedAttempt | None] = ContextVar("cooldown_ending", default=None)
+
+
+def ending_attempt() -> SharedAttempt | None:
+    """The shared attempt whose answer is being recorded here, if any (see `ending`)."""
+    return _ending.get()
 
 
 class Attempts:
@@ -20,6 +37,9 @@ class Attempts:
     _lock: threading.Lock
     _digest: PreparedHmac
     _admission: Admission
+    _shared: Sharing | None
+    _exhausted_total: int
+    _capacity_rejections_total: int
     _choose: Callable[..., list[str]]  # the store's one selection, under its lock
 
     def admit(
@@ -39,17 +59,75 @@ class Attempts:
         """Choose a key for one dispatch and count it in flight, in one step, so no two
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
         (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
-        if scope_message(model, quota_bucket) is None:
+        scope = scope_message(model, quota_bucket)
+        if scope is None:
             raise ValueError("admit needs a model or a quota bucket")
-        claim = Claim(frozenset(exclude), finite_number(lease_seconds, "lease_seconds"))
+        lease = finite_number(lease_seconds, "lease_seconds")
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        self._choose("eligible", *args, order=order, claim=claim)
-        return claim.taken
+        sharing = self._shared
+        claim = Claim(frozenset(exclude), lease, deferred=sharing is not None)
+        # With sharing, the local answer only narrows the candidates: no lookup round trip.
+        self._choose("eligible", *args, order=order, claim=claim, consult_shared=False)
+        if sharing is None or not claim.candidates:
+            return claim.taken
+        answered, taken = self._admit_shared(
+            sharing, claim, frame(provider), scope, spread=order == "spread"
+        )
+        if not answered:  # Redis did not answer: this process's bookkeeping decides
+            local = Claim(claim.exclude, lease)
+            self._choose("eligible", *args, order=order, claim=local)
+            return local.taken
+        return taken
+
+    def _admit_shared(
+        self, sharing: Sharing, claim: Claim, provider_frame: bytes, scope: bytes, *, spread: bool
+    ) -> tuple[bool, tuple[str, Attempt] | None]:
+        """One round trip: whether the backend answered, and what it admitted."""
+        now, ceiling = claim.now, claim.ceiling
+        scope_id = sharing.digest(scope)
+        ids = []
+        for key, _, _ in claim.candidates:
+            credential = sharing.digest(credential_message(provider_frame, key))
+            ids.append((credential.hex(), (credential + scope_id).hex()))
+        answer = sharing.backend.start(ids, now, ceiling, now + claim.lease, spread=spread)
+        if answer is None:
+            return False, None
+        if answer.position is not None:
+            key, credential, entry = claim.candidates[answer.position]
+            shared = SharedAttempt(answer.lease, ids[answer.position][1], ceiling, now)
+            shared.learned = answer.learned
+            with self._lock:
+                attempt = self._admission.start(
+                    entry, credential, now, claim.lease, (answer.probe, shared)
+                )
+            return True, (key, attempt)
+        if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
+            with self._lock:
+                self._capacity_rejections_total += 1
+            raise ModelCooldownCapacity(retry_after(answer.overflow, now, ceiling))
+        if claim.excluded_free:  # the free keys left were all tried: the last answer stands
+            return True, None
+        with self._lock:
+            self._exhausted_total += 1
+        raise ModelCooldownExhausted(retry_after(min(claim.earliest, *answer.holds), now, ceiling))
+
+    @contextmanager
+    def ending(self, attempt: Attempt) -> Iterator[None]:
+        """The shared writes recorded in this block (the attempt's answer and budget) wait
+        for `finish`, which sends them with the attempt's release in one round trip."""
+        token = _ending.set(attempt.shared)
+        try:
+            yield
+        finally:
+            _ending.reset(token)
 
     def finish(self, attempt: Attempt, *, served: bool) -> None:
         """The attempt's answer is recorded (or it failed): it is no longer in flight."""
         with self._lock:
             self._admission.finish(attempt, served=served, credential=attempt.entry[:DIGEST_SIZE])
+        sharing = self._shared
+        if attempt.shared is not None and sharing is not None:  # no lock across the round trip
+            sharing.backend.end(attempt.shared, served=served)
 
     def record_budget(
         self,
@@ -71,3 +149,7 @@ class Attempts:
         entry = self._digest(message) + self._digest(scope)
         with self._lock:
             self._admission.budget(entry, remaining, current_time + reset_seconds)
+        ending = _ending.get()
+        if ending is not None:  # shared with the attempt's end
+            ending.budget = (remaining, current_time + reset_seconds)
+            ending.now = max(ending.now, current_time)

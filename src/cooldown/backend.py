@@ -3,12 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
 
 from .arguments import require_str
 from .digests import PreparedHmac, credential_message
+from .learn import LearnedWindow
 
-__all__ = ["SharedObservations", "Sharing", "shared_releases"]
+__all__ = ["SharedAttempt", "SharedObservations", "SharedStart", "Sharing", "shared_releases"]
+
+
+class SharedStart(NamedTuple):
+    """A shared admission's answer; times are monotonic, 0.0 for none."""
+
+    position: int | None  # the candidate admitted, or `None`
+    probe: bool
+    overflow: float
+    holds: list[float]  # per candidate: until when it is held (0.0: free), when none was admitted
+    lease: str  # the attempt's lease in the shared state, to end it with
+    learned: LearnedWindow | None = None  # the fleet's estimate for the admitted key's scope
+
+
+@dataclass
+class SharedAttempt:
+    """An attempt admitted through the shared state, and what its end will write there: its
+    answer's cooldown or clearing and its budget ride on the same round trip as its release."""
+
+    lease: str
+    entry: str  # shared hex id: credential + scope
+    max_seconds: int
+    now: float  # the latest time this attempt's bookkeeping saw
+    write: tuple[Literal["record", "clear"], str, float] | None = None  # id, deadline or sent_at
+    budget: tuple[int, float] | None = None  # remaining, reset
+    learned: LearnedWindow | None = None  # the estimate after its answer, for the fleet
 
 
 class SharedObservations(Protocol):
@@ -20,13 +47,25 @@ class SharedObservations(Protocol):
 
     def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None: ...
 
-    def clear(self, entry: str, now: float) -> None: ...
+    def clear(self, entry: str, now: float, sent_at: float) -> None: ...
 
     def lookup(
         self, entries: Sequence[str], now: float, max_seconds: int
     ) -> tuple[list[float | None], float] | None: ...
 
     def live_entries(self, now: float) -> list[str] | None: ...
+
+    def start(
+        self,
+        candidates: Sequence[tuple[str, str]],
+        now: float,
+        max_seconds: int,
+        lease_until: float,
+        *,
+        spread: bool,
+    ) -> SharedStart | None: ...
+
+    def end(self, attempt: SharedAttempt, *, served: bool) -> None: ...
 
     def stats(self) -> dict[str, int | bool]: ...
 

@@ -14,12 +14,13 @@ import math
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .config import LearnMode
 from .digests import PreparedHmac, credential_message, frame
 from .forksafe import new_lock
 
-__all__ = ["WindowLearner", "window_learner"]
+__all__ = ["LearnedWindow", "WindowLearner", "window_learner"]
 
 logger = logging.getLogger("cooldown")
 
@@ -27,6 +28,16 @@ MAX_ESTIMATES = 1024
 UNUSED_EXPIRY_SECONDS = 7 * 24 * 3600.0
 CLOSE_ENOUGH = 0.2  # bounds this close (relative to the upper one) are trusted as they are
 CLEAN_EPISODES_BEFORE_PROBING = 8  # then the lower bound is halved to find a shorter window
+
+
+class LearnedWindow(NamedTuple):
+    """One estimate as it travels between processes (monotonic seconds)."""
+
+    lower: float
+    upper: float | None
+    episode_start: float | None
+    throttles_in_episode: int
+    clean_episodes: int
 
 
 @dataclass
@@ -156,6 +167,30 @@ class WindowLearner:
             estimate = self._estimates.get(entry)
             if estimate is not None:
                 estimate.episode_start = None
+
+    def export(self, namespace: str, credential: str, scope: bytes) -> LearnedWindow | None:
+        """The estimate for sharing with other processes; `None` when nothing is known."""
+        with self._lock:
+            estimate = self._estimates.get(self._id(namespace, credential, scope))
+            if estimate is None:
+                return None
+            return LearnedWindow(
+                estimate.lower,
+                estimate.upper,
+                estimate.episode_start,
+                estimate.throttles_in_episode,
+                estimate.clean_episodes,
+            )
+
+    def adopt(
+        self, namespace: str, credential: str, scope: bytes, window: LearnedWindow, *, now: float
+    ) -> None:
+        """Take the fleet's estimate (shared state) in place of this process's own."""
+        entry = self._id(namespace, credential, scope)
+        with self._lock:
+            estimate = self._estimate(entry, now)
+            estimate.lower, estimate.upper, estimate.episode_start = window[:3]
+            estimate.throttles_in_episode, estimate.clean_episodes = window[3:]
 
     def bounds(
         self, namespace: str, credential: str, scope: bytes

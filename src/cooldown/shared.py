@@ -7,15 +7,21 @@ secret. Every write and every lookup is one Lua script, one round trip.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import os
+import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from . import shared_scripts
+from .backend import SharedAttempt, SharedStart
 from .config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
 from .forksafe import new_lock
+from .learn import LearnedWindow
 from .redisurl import RedisEndpoint, parse_redis_url
 from .store import ModelCooldown
 
@@ -29,77 +35,6 @@ FIRST_BACKOFF_SECONDS = 1.0
 LONGEST_BACKOFF_SECONDS = 30.0
 CLOCK_SKEW_SECONDS = 10.0
 """How far another host's clock may run ahead before its deadlines count as too late."""
-
-# Every script prunes what expired and distrusts what is too late: a deadline beyond
-# now + max_seconds + skew (a tampered score, a host with a wrong clock, +inf) is cut to
-# now + max_seconds in place, the first time any process sees it.
-# ARGV[1..3]: now_ms, limit_ms (now + max + skew), truncate_ms (now + max).
-
-# KEYS: deadlines, overflow. ARGV[4..6]: entry, deadline_ms, cap.
-# Keeps the later deadline, never evicts: at the cap it raises the overflow instead. First it
-# cuts up to 64 members scored beyond the trusted limit (+inf, a wrong clock): they expire
-# with the maximum, so they cannot hold the capacity guard up for ever.
-_RECORD = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local limit, truncate = tonumber(ARGV[2]), tonumber(ARGV[3])
-local late = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'LIMIT', 0, 64)
-for _, member in ipairs(late) do redis.call('ZADD', KEYS[1], truncate, member) end
-local deadline = tonumber(ARGV[5])
-local current = redis.call('ZSCORE', KEYS[1], ARGV[4])
-if current then
-  current = tonumber(current)
-  if current > limit then
-    current = truncate
-    redis.call('ZADD', KEYS[1], truncate, ARGV[4])
-  end
-  if deadline > current then redis.call('ZADD', KEYS[1], deadline, ARGV[4]) end
-  return 1
-end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[6]) then
-  local overflow = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if overflow == nil or overflow ~= overflow or overflow > limit then overflow = 0 end
-  if deadline > overflow then redis.call('SET', KEYS[2], ARGV[5]) end
-  return 0
-end
-redis.call('ZADD', KEYS[1], deadline, ARGV[4])
-return 1
-"""
-
-# KEYS: deadlines. ARGV: now_ms, entry. Success clears only its own entry.
-_CLEAR = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-return redis.call('ZREM', KEYS[1], ARGV[2])
-"""
-
-# KEYS: deadlines, overflow. ARGV[4..]: entries.
-# Returns each entry's deadline (or false), then the live overflow deadline (or false); an
-# overflow that is not a number is returned as it is, for the client to refuse.
-_LOOKUP = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local result = {}
-for index = 4, #ARGV do
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[index])
-  if score and tonumber(score) > limit then
-    redis.call('ZADD', KEYS[1], ARGV[3], ARGV[index])
-    score = ARGV[3]
-  end
-  result[index - 3] = score or false
-end
-local overflow = redis.call('GET', KEYS[2])
-local value = overflow and tonumber(overflow)
-if overflow and (value == nil or value ~= value) then
-  result[#ARGV - 2] = overflow
-elseif value and value > limit then
-  redis.call('SET', KEYS[2], ARGV[3])
-  result[#ARGV - 2] = ARGV[3]
-elseif value and value > now then
-  result[#ARGV - 2] = overflow
-else
-  result[#ARGV - 2] = false
-end
-return result
-"""
 
 
 def _connect(endpoint: RedisEndpoint, timeout: float) -> Any:
@@ -168,7 +103,9 @@ class RedisObservations:
         self._timeout = socket_timeout
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
-        self._keys = [f"{{{prefix}}}:deadlines", f"{{{prefix}}}:overflow"]
+        self._keys = [f"{{{prefix}}}:{name}" for name in shared_scripts.KEY_NAMES]
+        self._leases = itertools.count(1)
+        self._nonce = secrets.token_hex(4)  # with the pid: leases never collide
         self._max_entries = max_entries
         # Wall clock = monotonic + offset, fixed per process, so `now=` works in tests too.
         self._offset = time.time() - time.monotonic()
@@ -191,9 +128,8 @@ class RedisObservations:
         if self._client is None:
             client = _connect(self._endpoint, self._timeout)
             self._scripts = {
-                "record": client.register_script(_RECORD),
-                "clear": client.register_script(_CLEAR),
-                "lookup": client.register_script(_LOOKUP),
+                name: client.register_script(getattr(shared_scripts, name.upper()))
+                for name in ("record", "clear", "lookup", "start", "end")
             }
             self._client = client
         return self._client
@@ -285,8 +221,9 @@ class RedisObservations:
         args = [*self._window(now, max_seconds), entry, self._to_wall_ms(deadline)]
         self._call(now, "record", self._keys, [*args, self._max_entries])
 
-    def clear(self, entry: str, now: float) -> None:
-        self._call(now, "clear", self._keys[:1], [self._to_wall_ms(now), entry])
+    def clear(self, entry: str, now: float, sent_at: float) -> None:
+        args = [*self._window(now, 0), entry, self._to_wall_ms(sent_at)]
+        self._call(now, "clear", self._keys, args)
 
     def lookup(
         self, entries: Sequence[str], now: float, max_seconds: int
@@ -302,6 +239,90 @@ class RedisObservations:
 
         args = [*self._window(now, max_seconds), *entries]
         return self._call(now, "lookup", self._keys, args, read)
+
+    def start(
+        self,
+        candidates: Sequence[tuple[str, str]],
+        now: float,
+        max_seconds: int,
+        lease_until: float,
+        *,
+        spread: bool,
+    ) -> SharedStart | None:
+        """Admit one of `candidates` ((credential id, entry id), in order) for every process
+        at once: in-flight counts, the probe after a release and budgets are all in Redis."""
+        lease = f"{os.getpid():x}.{self._nonce}.{next(self._leases)}"
+
+        def read(answer: list[Any]) -> SharedStart:
+            position, probe, overflow, *holds = answer
+            if position:
+                learned = self._learned(holds[0]) if holds else None
+                return SharedStart(int(position) - 1, probe == 1, 0.0, [], lease, learned)
+            return SharedStart(
+                None,
+                False,
+                0.0 if overflow is None else self._to_monotonic(overflow),
+                [self._to_monotonic(hold) if hold else 0.0 for hold in holds],
+                lease,
+            )
+
+        args = [
+            *self._window(now, max_seconds),
+            self._to_wall_ms(lease_until),
+            lease,
+            "1" if spread else "0",
+            *itertools.chain.from_iterable(candidates),
+        ]
+        return self._call(now, "start", self._keys, args, read)
+
+    def end(self, attempt: SharedAttempt, *, served: bool) -> None:
+        """Write the attempt's answer and budget, then release it: one round trip."""
+        now = attempt.now
+        write: list[Any] = ["", "", ""]
+        if attempt.write is not None:
+            kind, entry, moment = attempt.write
+            write = [kind, entry, self._to_wall_ms(moment)]
+        budget: list[Any] = ["", ""]
+        if attempt.budget is not None:
+            remaining, reset = attempt.budget
+            budget = [remaining, self._to_wall_ms(reset)]
+        learned = "" if attempt.learned is None else self._learned_text(attempt.learned)
+        args = [
+            *self._window(now, attempt.max_seconds),
+            self._max_entries,
+            f"{attempt.lease}:{attempt.entry}",
+            attempt.entry,
+            attempt.entry[: len(attempt.entry) // 2],
+            "1" if served else "0",
+            *write,
+            *budget,
+            learned,
+        ]
+        self._call(now, "end", self._keys, args)
+
+    def _learned_text(self, window: LearnedWindow) -> str:
+        lower, upper, episode_start, throttles, clean = window
+        episode = "" if episode_start is None else str(self._to_wall_ms(episode_start))
+        return f"{lower!r},{'' if upper is None else repr(upper)},{episode},{throttles},{clean}"
+
+    def _learned(self, text: object) -> LearnedWindow | None:
+        """A shared estimate; `None` when it is missing or not five sane numbers (Redis is
+        shared with other programs: a bad estimate is ignored, the call still succeeds)."""
+        if not isinstance(text, bytes):
+            return None
+        try:
+            lower, upper, episode, throttles, clean = text.decode("ascii").split(",")
+            window = LearnedWindow(
+                _finite(lower),
+                None if upper == "" else _finite(upper),
+                None if episode == "" else self._to_monotonic(episode),
+                int(throttles),
+                int(clean),
+            )
+        except (UnicodeDecodeError, ValueError):
+            return None
+        numbers = (window.lower, window.upper or 0.0, window[3], window[4])
+        return window if min(numbers) >= 0 else None
 
     def live_entries(self, now: float) -> list[str] | None:
         """Every live shared id (for operators' counts), or `None` when Redis does not answer."""

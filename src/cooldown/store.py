@@ -16,7 +16,7 @@ from .arguments import (
     resolve_now,
     retry_after,
 )
-from .attempts import Attempts
+from .attempts import Attempts, ending_attempt
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
 from .digests import PreparedHmac, credential_message, frame, scope_message
@@ -175,8 +175,17 @@ class ModelCooldown(Inspection, Attempts):
         sharing = self._shared
         if sharing is not None:
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
-            if deadline is None:
-                sharing.backend.clear(shared_entry, current_time)
+            sent = current_time if started is None else started
+            ending = ending_attempt()
+            if ending is not None:  # written with the attempt's release, in one round trip
+                ending.now = max(ending.now, current_time)
+                ending.write = (
+                    ("clear", shared_entry, sent)
+                    if deadline is None
+                    else ("record", shared_entry, current_time + cooling)
+                )
+            elif deadline is None:
+                sharing.backend.clear(shared_entry, current_time, sent)
             else:
                 sharing.backend.record(shared_entry, current_time + cooling, current_time, ceiling)
         return deadline
@@ -210,13 +219,15 @@ class ModelCooldown(Inspection, Attempts):
         legacy_rest_until: Mapping[str, float] | None,
         order: Order = "configured",
         claim: Claim | None = None,
+        consult_shared: bool = True,
     ) -> list[str]:
         """The shared body of `available`, `eligible`, `select` (which stops at one key) and
         `admit` (which also counts the chosen key in flight, under the same lock)."""
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}")
+        sharing = self._shared if consult_shared else None
         lookup = gather(
-            self._shared, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
+            sharing, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
         )
         ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow = lookup
         if shared:  # the backend answered for every key
@@ -256,7 +267,7 @@ class ModelCooldown(Inspection, Attempts):
                 self._capacity_rejections_total += 1
                 raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
             if claim is not None:
-                claim.take(admitted, self._admission, current_time)
+                claim.take(admitted, self._admission, current_time, earliest, ceiling)
             return free
 
     def available(

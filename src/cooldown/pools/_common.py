@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from ..arguments import usable_advice
+from ..arguments import resolve_now, usable_advice
 from ..config import CooldownSettings, bounded_int, environment_value, settings, warn_once
 from ..digests import frame, scope_message
 from ..learn import window_learner
@@ -123,7 +123,7 @@ def store_evidence(
     retry_after_seconds: float | None,
     fallback_seconds: float,
     current: CooldownSettings,
-    now: float,
+    now: float | None,
     sent_at: float | None = None,
 ) -> float | None:
     """Record one scoped observation in the store; hold no pool lock (it may reach Redis).
@@ -140,7 +140,7 @@ def store_evidence(
             advice=retry_after_seconds,
             fallback=fallback_seconds,
             current=current,
-            now=now,
+            now=resolve_now(now),
         )
     return model_cooldown.record(
         namespace,

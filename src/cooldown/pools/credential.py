@@ -111,9 +111,8 @@ class CredentialPool(KeySelection):
             return
         if not isinstance(key, str):
             raise TypeError("key must be a str")
-        current_time = resolve_now(now)
         if current is None:
-            cls._record_legacy(provider, key, status, current_time)
+            cls._record_legacy(provider, key, status, resolve_now(now))
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
         deadline = store_evidence(  # no pool lock: the store may reach Redis
@@ -127,12 +126,12 @@ class CredentialPool(KeySelection):
                 rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
             ),
             current=current,
-            now=current_time,
+            now=now,  # checked by the store, which reads the clock itself when it is None
             sent_at=sent_at,
         )
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
-            cls._legacy.rest(provider, key, deadline, current_time, keep_later=True)
+            cls._legacy.rest(provider, key, deadline, resolve_now(now), keep_later=True)
 
     @classmethod
     def _record_legacy(cls, provider: str, key: str, status: int, now: float) -> None:

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 from ..advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
 from ..arguments import resolve_now
+from ..digests import scope_message
 from ..headers import Headers, lowered_headers
+from ..learn import window_learner
 from ..ratelimit import request_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import by_affinity, check_affinity, scoped_settings
@@ -87,7 +89,7 @@ def _admit(
     rests = pool._legacy.live(provider, candidates, current_time)
     if check_affinity(affinity) is not None:  # rendezvous order, skipping keys not free
         candidates, order = by_affinity(candidates, affinity), "configured"
-    return model_cooldown.admit(
+    taken = model_cooldown.admit(
         provider,
         candidates,
         model=scope.get("model"),
@@ -99,6 +101,19 @@ def _admit(
         exclude=tried,
         lease_seconds=current.lease_seconds,
     )
+    if taken is not None and current.learn != "off":
+        key, attempt = taken
+        if attempt.shared is not None and attempt.shared.learned is not None:
+            window_learner.adopt(
+                provider, key, _scope(scope), attempt.shared.learned, now=current_time
+            )
+    return taken
+
+
+def _scope(scope: SelectionScope) -> bytes:
+    message = scope_message(scope.get("model"), scope.get("quota_bucket"))
+    assert message is not None  # the scoped path has a model or a bucket
+    return message
 
 
 def _record_attempt(
@@ -113,15 +128,18 @@ def _record_attempt(
 ) -> None:
     """Record the answer as of the attempt's start; keep the budget its headers announce."""
     key, attempt = admitted
-    pool.record(provider, key, status, now=now, **scope, **evidence, sent_at=attempt.started)
     budget = request_budget(lowered_headers(headers), time.time())
-    if budget is not None:
-        model_cooldown.record_budget(
-            provider,
-            key,
-            model=scope.get("model"),
-            quota_bucket=scope.get("quota_bucket"),
-            remaining=budget[0],
-            reset_seconds=budget[1],
-            now=now,
-        )
+    with model_cooldown.ending(attempt):  # shared writes go with the attempt's end
+        pool.record(provider, key, status, now=now, **scope, **evidence, sent_at=attempt.started)
+        if attempt.shared is not None:  # the fleet learns what this answer taught
+            attempt.shared.learned = window_learner.export(provider, key, _scope(scope))
+        if budget is not None:
+            model_cooldown.record_budget(
+                provider,
+                key,
+                model=scope.get("model"),
+                quota_bucket=scope.get("quota_bucket"),
+                remaining=budget[0],
+                reset_seconds=budget[1],
+                now=now,
+            )

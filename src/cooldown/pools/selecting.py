@@ -130,7 +130,7 @@ class KeySelection:
             model=model,
             quota_bucket=quota_bucket,
             max_seconds=max_seconds,
-            now=current_time,
+            now=now,  # checked; the store reads the clock itself when it is None
             legacy_rest_until=rests,
             order=order,
         )

@@ -1,0 +1,350 @@
+"""SPEC §15 shared through Redis: in-flight counts, the probe after a release, budgets and
+stale successes hold for every process, at one round trip per attempt start and one per end.
+
+Two stores attached to the same Redis with the same secret stand for two processes where time
+must be passed as `now=`; real worker processes run real `dispatch`es whose `send` blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from cooldown import (
+    CredentialPool,
+    ModelCooldown,
+    ModelCooldownExhausted,
+    classify_upstream_outcome,
+    model_cooldown,
+)
+from cooldown.digests import PreparedHmac, credential_message, frame, scope_message
+
+from .conftest import two_processes_share_one_probe
+
+try:
+    import redis
+except ImportError:
+    if os.environ.get("MODEL_COOLDOWN_REQUIRE_REDIS") == "1":
+        raise
+    pytest.skip("the [redis] extra is not installed", allow_module_level=True)
+
+from cooldown.shared import RedisObservations
+
+Worker = Callable[..., Any]  # conftest.Worker
+
+SECRET = "attempts-secret-" + "q" * 40
+P = "ce-gpt-plus"
+BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
+K1, K2 = "sk-attempt-SECRET-one", "sk-attempt-SECRET-two"
+KEYS = [K1, K2]
+MODEL = "gpt-SECRET-attempts"
+THROTTLED = classify_upstream_outcome(429)
+SERVED = classify_upstream_outcome(200)
+T = 7000.0
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    name = f"mc-attempts-{uuid.uuid4().hex[:12]}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(f"{{{name}}}:*"):
+        client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def process(redis_url: str, prefix: str) -> Iterator[Callable[[], ModelCooldown]]:
+    """A new store attached to the test's Redis and prefix: one more gateway process."""
+    stores: list[ModelCooldown] = []
+
+    def start() -> ModelCooldown:
+        store = ModelCooldown()
+        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
+        stores.append(store)
+        return store
+
+    yield start
+    for store in stores:
+        backend = store.detach_shared()
+        assert isinstance(backend, RedisObservations)
+        backend.close()
+
+
+def admit(store: ModelCooldown, now: float, **options: Any) -> Any:
+    return store.admit(P, KEYS, model=MODEL, now=now, **options)
+
+
+def answer(store: ModelCooldown, admitted: Any, status: int, now: float, **budget: Any) -> None:
+    """Record an attempt's answer the way `dispatch` does, then end it."""
+    key, attempt = admitted
+    with store.ending(attempt):
+        store.record(
+            P,
+            key,
+            classify_upstream_outcome(status),
+            model=MODEL,
+            retry_after_seconds=30 if status == 429 else None,
+            now=now,
+            sent_at=attempt.started,
+        )
+        if budget:
+            store.record_budget(P, key, model=MODEL, now=now, **budget)
+    store.finish(attempt, served=status == 200)
+
+
+def throttle(store: ModelCooldown, key: str, seconds: float, now: float) -> None:
+    store.record(P, key, THROTTLED, model=MODEL, retry_after_seconds=seconds, now=now)
+
+
+# -- the rules, across processes ----------------------------------------------------------------
+
+
+def test_a_probe_claimed_in_one_process_holds_the_key_in_every_other(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    first, second = process(), process()
+    throttle(first, K1, 10, T)
+    throttle(first, K2, 100, T)
+    probe = admit(first, T + 11)
+    assert probe[0] == K1
+    assert probe[1].probe
+    with pytest.raises(ModelCooldownExhausted) as held:
+        admit(second, T + 11.5)  # this process never saw K1 cool, nor the probe start
+    assert held.value.retry_after == 1
+    answer(first, probe, 200, T + 12)
+    after = admit(second, T + 12.5)
+    assert after[0] == K1
+    assert not after[1].probe
+
+
+def test_in_flight_counts_are_shared_so_spread_order_avoids_a_busy_key(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    first, second = process(), process()
+    busy = admit(first, T, order="configured")
+    assert busy[0] == K1
+    answer(first, admit(first, T + 0.05, exclude=[K1]), 200, T + 0.06)  # K2: the more recent
+    assert admit(second, T + 0.1)[0] == K2  # spread: K1 has one in flight elsewhere
+    answer(first, busy, 200, T + 0.2)
+    assert admit(second, T + 0.3, order="configured")[0] == K1
+
+
+def test_a_budget_announced_in_one_process_limits_every_other(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    first, second = process(), process()
+    answer(first, admit(first, T, order="configured"), 200, T + 0.1, remaining=1, reset_seconds=30)
+    last_one = admit(first, T + 1, order="configured")
+    assert last_one[0] == K1  # one request left: this one
+    assert admit(second, T + 1.1, order="configured")[0] == K2  # K1's budget is spent
+    answer(first, last_one, 200, T + 2, remaining=0, reset_seconds=28)
+    assert admit(second, T + 31, order="configured")[0] == K1  # the reset ended it
+
+
+def test_a_stale_success_elsewhere_does_not_reopen_a_key_another_process_throttled(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    first, second, third = process(), process(), process()
+    slow = admit(first, T, order="configured")
+    throttle(second, K1, 60, T + 1)  # a 429 answered while `slow` was in flight
+    answer(first, slow, 200, T + 2)  # sent before that 429: it proves nothing
+    assert third.select(P, KEYS, model=MODEL, now=T + 3) == K2
+    second.record(P, K1, SERVED, model=MODEL, now=T + 4)  # sent after it: it clears it
+    assert third.select(P, KEYS, model=MODEL, now=T + 5) == K1
+
+
+def test_a_lease_left_by_a_crashed_process_expires_everywhere(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    crashed, survivor = process(), process()
+    throttle(crashed, K1, 10, T)
+    throttle(crashed, K2, 100, T)
+    assert admit(crashed, T + 11, lease_seconds=5)[0] == K1  # never ended
+    with pytest.raises(ModelCooldownExhausted):
+        admit(survivor, T + 15)
+    taken = admit(survivor, T + 16.5)
+    assert taken[0] == K1
+    assert taken[1].probe
+
+
+# -- round trips and failure --------------------------------------------------------------------
+
+
+class Reply:
+    def __init__(self, status: int) -> None:
+        self.status_code = status
+        self.headers: dict[str, str] = {}
+
+
+def test_one_round_trip_starts_an_attempt_and_one_ends_it(
+    monkeypatch: pytest.MonkeyPatch, enabled: None, redis_url: str, prefix: str
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", redis_url)
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", SECRET)
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_PREFIX", prefix)
+    monkeypatch.setenv(BASE, K1)
+    monkeypatch.setenv(f"{BASE}_1", K2)
+    scripts: list[str] = []
+    original = RedisObservations._call
+
+    def counted(self: RedisObservations, now: float, script: str, *args: Any) -> Any:
+        scripts.append(script)
+        return original(self, now, script, *args)
+
+    monkeypatch.setattr(RedisObservations, "_call", counted)
+    replies = iter([Reply(429), Reply(200)])
+    answered = CredentialPool.dispatch(P, lambda key: next(replies), model=MODEL)
+    assert answered is not None
+    assert answered.status_code == 200
+    assert scripts == ["start", "end", "start", "end"]
+    assert model_cooldown.stats()["shared_errors_total"] == 0
+
+
+def test_redis_down_mid_dispatch_falls_back_to_this_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = ModelCooldown()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends
+    store.attach_shared(RedisObservations(f"redis://127.0.0.1:{port}"), secret=SECRET.encode())
+    throttle(store, K1, 10, T)
+    taken = admit(store, T + 11)
+    assert taken[0] == K1
+    assert taken[1].probe
+    assert admit(store, T + 11.1)[0] == K2  # and it holds the probe
+    answer(store, taken, 200, T + 12)
+    assert store.stats()["shared_errors_total"] >= 1
+
+
+# -- what Redis holds ---------------------------------------------------------------------------
+
+
+def shared_ids(key: str) -> tuple[str, str]:
+    digest = PreparedHmac(SECRET.encode())
+    credential = digest(credential_message(frame(P), key))
+    scope = scope_message(MODEL, None)
+    assert scope is not None
+    return credential.hex(), (credential + digest(scope)).hex()
+
+
+def test_tampered_attempt_state_degrades_to_safe_answers(
+    process: Callable[[], ModelCooldown], redis_url: str, prefix: str
+) -> None:
+    store = process()
+    client = redis.Redis.from_url(redis_url)
+    _, entry = shared_ids(K1)
+    client.hset(f"{{{prefix}}}:inflight", entry, "not a number")
+    client.hset(f"{{{prefix}}}:probes", entry, "no-such-lease")  # a probe that holds nothing
+    client.zadd(f"{{{prefix}}}:leases", {f"forged:{entry}": float("inf")})
+    client.hset(f"{{{prefix}}}:budgets", entry, "5")
+    client.zadd(f"{{{prefix}}}:resets", {entry: float("inf")})
+    client.hset(f"{{{prefix}}}:learned", entry, "inf,-1,,x,0")
+    taken = admit(store, T, order="configured")
+    assert taken[0] == K1
+    assert taken[1].shared.learned is None  # an estimate that is not sane numbers is ignored
+    answer(store, taken, 200, T + 0.1)
+    assert store.stats()["shared_errors_total"] == 0
+    forged = client.zscore(f"{{{prefix}}}:leases", f"forged:{entry}")
+    assert forged is not None
+    assert forged < (T + 3700 + 60) * 1000 + wall_offset_ms()
+    client.close()
+
+
+def wall_offset_ms() -> float:
+    return (time.time() - time.monotonic()) * 1000
+
+
+def test_redis_holds_only_hex_ids_leases_and_numbers(
+    process: Callable[[], ModelCooldown], redis_url: str, prefix: str
+) -> None:
+    first, second = process(), process()
+    throttle(first, K1, 10, T)
+    held = admit(first, T + 11)
+    answer(second, admit(second, T + 11.1), 200, T + 11.2, remaining=3, reset_seconds=9)
+    client = redis.Redis.from_url(redis_url)
+    blob = []
+    for name in client.scan_iter(f"{{{prefix}}}:*"):
+        kind = client.type(name)
+        if kind == b"zset":
+            blob += [member for member, _ in client.zrange(name, 0, -1, withscores=True)]
+        elif kind == b"hash":
+            blob += [part for pair in client.hgetall(name).items() for part in pair]
+        else:
+            blob.append(client.get(name) or b"")
+    for part in blob:
+        text = part.decode().rpartition(":")[2]  # a lease is "<pid>.<nonce>.<n>:<entry>"
+        int(text, 16)
+    joined = b" ".join(blob)
+    for secret in (K1, K2, MODEL, SECRET, "SECRET"):
+        assert secret.encode() not in joined
+    answer(first, held, 200, T + 12)
+    assert client.hlen(f"{{{prefix}}}:inflight") == 0
+    assert client.zcard(f"{{{prefix}}}:leases") == 0
+    client.close()
+
+
+# -- real processes -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def worker_env(redis_url: str, prefix: str) -> dict[str, str]:
+    return {
+        "MODEL_COOLDOWN_ENABLED": "true",
+        "MODEL_COOLDOWN_REDIS_URL": redis_url,
+        "MODEL_COOLDOWN_REDIS_SECRET": SECRET,
+        "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
+        BASE: K1,
+        f"{BASE}_1": K2,
+    }
+
+
+@pytest.fixture
+def workers(
+    worker_env: dict[str, str], worker_processes: Callable[..., list[Worker]]
+) -> list[Worker]:
+    return worker_processes(2, worker_env)
+
+
+def test_two_processes_share_one_probe(workers: list[Worker]) -> None:
+    two_processes_share_one_probe(workers, P, (K1, K2), MODEL, T)
+
+
+def test_two_processes_spread_over_what_the_other_has_in_flight(workers: list[Worker]) -> None:
+    first, second = workers
+    scope = {"model": MODEL}
+    assert first("hold_dispatch", name="a", provider=P, scope=scope, now=T)["value"] == {"key": K1}
+    assert second("hold_dispatch", name="b", provider=P, scope=scope, now=T)["value"] == {"key": K2}
+    assert first("answer_dispatch", name="a", status=200)["value"]["status"] == 200
+    assert second("answer_dispatch", name="b", status=200)["value"]["status"] == 200
+
+
+def test_a_window_learned_in_one_process_is_used_by_every_other(
+    worker_env: dict[str, str], worker_processes: Callable[..., list[Worker]]
+) -> None:
+    """A throttles without advice at T; B's probe is served at T + 6: the window is at most
+    6 s, and A (which never saw that answer) knows it at its next dispatch. (Each process
+    maps monotonic time to wall time with its own offset: they agree to a millisecond.)"""
+    first, second = worker_processes(2, {**worker_env, "MODEL_COOLDOWN_LEARN": "apply"})
+    scope = {"model": MODEL, "order": "configured"}
+
+    def dispatch(worker: Worker, at: float, status: int) -> Any:
+        worker("hold_dispatch", name="d", provider=P, scope=scope, now=at)
+        return worker("answer_dispatch", name="d", status=status)["value"]
+
+    def bounds(worker: Worker) -> Any:
+        return worker("learned_bounds", provider=P, key=K1, model=MODEL)["value"]
+
+    assert dispatch(first, T, 429)["keys"] == [K1, K2]  # both cool for the first delay, 5 s
+    assert dispatch(second, T + 6, 200) == {"status": 200, "keys": [K1]}
+    # B learned from A's throttle and its own success:
+    assert bounds(second) == pytest.approx([0.0, 6.0], abs=0.05)
+    assert dispatch(first, T + 20, 200) == {"status": 200, "keys": [K1]}
+    assert bounds(first) == pytest.approx([0.0, 6.0], abs=0.05)  # alone: "at most 20 s"
