@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from store import median_microseconds  # benchmarks/store.py
 
 from cooldown import (
+    MAX_ENTRIES,
     CredentialPool,
+    classify_upstream_outcome,
     model_cooldown,
     rate_limit_advice,
     recording_context,
@@ -24,6 +26,7 @@ from cooldown import (
 RUNS = 2000
 PROVIDER = "bench-paths"
 BASE = "BENCH_PATHS_KEY"
+THROTTLED = classify_upstream_outcome(429)
 
 OPENAI_HEADERS = {  # a typical chat completion answer: 20 headers, one window spent
     "date": "Mon, 30 Nov 2026 06:00:00 GMT",
@@ -79,6 +82,31 @@ def us(body: Callable[[], object]) -> float:
     return median_microseconds(loop(body), RUNS)
 
 
+def attempt_bookkeeping() -> None:
+    """What counting an attempt in flight costs (SPEC §15): admit + finish against the plain
+    select a hand-written loop makes, on an idle store and with 10000 live entries."""
+    keys = CredentialPool.keys(PROVIDER)
+
+    def admitted() -> None:
+        taken = model_cooldown.admit(PROVIDER, keys, model="gpt-bench")
+        assert taken is not None
+        model_cooldown.finish(taken[1], served=True)
+
+    for label in ("idle store", "10000 live entries"):
+        if label != "idle store":
+            for index in range(MAX_ENTRIES - 10):
+                model_cooldown.record(
+                    "filler", f"key-{index}", THROTTLED, model="m", retry_after_seconds=3000
+                )
+        select = us(lambda: model_cooldown.select(PROVIDER, keys, model="gpt-bench"))
+        admit = us(admitted)
+        print(
+            f"attempt bookkeeping, {label}: admit + finish {admit:5.2f} us, select "
+            f"{select:5.2f} us: {admit - select:5.2f} us per attempt (target <= 5 us)"
+        )
+    model_cooldown.reset()
+
+
 def main() -> None:
     configure(keys=2)
     reply = Reply()
@@ -97,6 +125,7 @@ def main() -> None:
     hand, dispatched = us(by_hand), us(with_dispatch)
     print(f"select+send+record by hand: {hand:6.2f} us; dispatch: {dispatched:6.2f} us")
     print(f"dispatch adds {dispatched - hand:5.2f} us (target <= 2 us)")
+    attempt_bookkeeping()
 
     plain_context = us(lambda: recording_context(200, {}))
     full_context = us(lambda: recording_context(200, OPENAI_HEADERS))

@@ -95,7 +95,7 @@ class Attempts(RuleBasedStateMachine):
     def counts_match(self) -> None:
         self._expire()
         admission = self.stores[0]._admission
-        admission._expire(self.now)
+        admission.expire(self.now)
         expected: dict[bytes, int] = {}
         for _, attempt, _ in self.open:
             expected[attempt.entry] = expected.get(attempt.entry, 0) + 1

@@ -348,3 +348,17 @@ def test_a_window_learned_in_one_process_is_used_by_every_other(
     assert bounds(second) == pytest.approx([0.0, 6.0], abs=0.05)
     assert dispatch(first, T + 20, 200) == {"status": 200, "keys": [K1]}
     assert bounds(first) == pytest.approx([0.0, 6.0], abs=0.05)  # alone: "at most 20 s"
+
+
+@pytest.mark.parametrize("answer", [[99, 0, None], [0, 0, None, b"soon"], "OK"])
+def test_a_shared_answer_that_makes_no_sense_degrades_to_the_local_choice(
+    process: Callable[[], ModelCooldown], monkeypatch: pytest.MonkeyPatch, answer: object
+) -> None:
+    """Whatever answers on the Redis port (a proxy, another program), no IndexError and no
+    ValueError reaches a route: the call is counted and this process decides."""
+    store = process()
+    monkeypatch.setattr(RedisObservations, "_script", lambda self, name: lambda **_: answer)
+    taken = admit(store, T, order="configured")
+    assert taken[0] == K1
+    assert taken[1].shared is None
+    assert store.stats()["shared_errors_total"] == 1

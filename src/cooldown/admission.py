@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Literal, NamedTuple, TypeVar
 
 from .backend import SharedAttempt
@@ -26,8 +25,7 @@ RECENT_THROTTLES = 1024
 """Throttle times kept to tell a stale success from a fresh one."""
 
 
-@dataclass(frozen=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One dispatch in flight: the key's entries, when it started, whether it is the probe,
     and, when the shared state admitted it, its shared half."""
 
@@ -38,14 +36,9 @@ class Attempt:
     shared: SharedAttempt | None = None
 
 
-class Load(NamedTuple):
-    """How busy a free key is for a scope; sorts fewest in flight, then budgeted, soonest
-    reset, least recently dispatched."""
-
-    in_flight: int
-    unbudgeted: bool
-    reset: float
-    last_dispatch: float
+Load = tuple[int, bool, float, float]
+"""How busy a free key is for a scope: in flight, unbudgeted, reset, last dispatch. Tuples
+compare in that order: fewest in flight, then budgeted, soonest reset, least recently used."""
 
 
 class Admission:
@@ -96,7 +89,8 @@ class Admission:
 
     # -- selection -------------------------------------------------------------------------
 
-    def _expire(self, now: float) -> None:
+    def expire(self, now: float) -> None:
+        """Forget the attempts whose lease ran out (a crashed worker's, or a lost `finish`)."""
         expiry = self._lease_expiry
         while expiry and expiry[0][0] <= now:
             _, token = heappop(expiry)
@@ -105,8 +99,8 @@ class Admission:
 
     def held(self, entry: bytes, now: float) -> float:
         """0.0 when the key may be dispatched for this scope now; else until when it is held
-        back (`now + 1` for a probe in flight, the reset for a spent budget)."""
-        self._expire(now)
+        back (`now + 1` for a probe in flight, the reset for a spent budget). Call `expire`
+        first."""
         if entry in self._probing:
             return now + 1.0
         budget = self._budgets.get(entry)
@@ -120,10 +114,17 @@ class Admission:
 
     def load(self, entry: bytes) -> Load:
         budget = self._budgets.get(entry)
-        return Load(
+        if budget is None:
+            return (
+                self._in_flight.get(entry, 0),
+                True,
+                math.inf,
+                self._last_dispatch.get(entry, -math.inf),
+            )
+        return (
             self._in_flight.get(entry, 0),
-            budget is None,
-            math.inf if budget is None else budget[1],
+            False,
+            budget[1],
             self._last_dispatch.get(entry, -math.inf),
         )
 
@@ -142,7 +143,11 @@ class Admission:
         self._next_token += 1
         token = self._next_token
         self._leases[token] = (entry, now + lease)
-        heappush(self._lease_expiry, (now + lease, token))
+        expiry = self._lease_expiry
+        heappush(expiry, (now + lease, token))
+        if len(expiry) > 2 * len(self._leases) + 64:  # finished attempts' items: drop them
+            expiry[:] = [(deadline, token) for token, (_, deadline) in self._leases.items()]
+            heapify(expiry)
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
         _bounded_set(self._last_dispatch, entry, now)
         if shared is None:

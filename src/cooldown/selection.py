@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
-_NO_LOAD = Load(0, True, math.inf, 0.0)  # configured order: every key weighs the same
+_NO_LOAD: Load = (0, True, math.inf, 0.0)  # configured order: every key weighs the same
 
 Lookup: TypeAlias = tuple[
     int,  # ceiling: the call's maximum, bounded
@@ -153,23 +153,27 @@ def admissible(
     _, provider_frame, keys, scope, legacy, _, _, _ = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
+    admission.expire(now)
     free: list[tuple[Load, int, str, bytes, bytes]] = []
     earliest = math.inf
     for position, key in enumerate(keys):
         credential = digest(credential_message(provider_frame, require_str(key, "each key")))
         entry = credential + scope_digest
-        release = max(deadlines.get(credential, 0.0), deadlines.get(entry, 0.0))
+        release = 0.0
+        if deadlines:
+            release = max(deadlines.get(credential, 0.0), deadlines.get(entry, 0.0))
         if key in legacy:
             release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
         if release <= now:
             release = admission.held(entry, now)
         if release <= now:
-            load = admission.load(entry) if spread else _NO_LOAD
-            free.append((load, position, key, credential, entry))
+            free.append(
+                (admission.load(entry) if spread else _NO_LOAD, position, key, credential, entry)
+            )
         elif release < earliest:
             earliest = release
     if spread:
-        free.sort(key=lambda item: (item[0], item[1]))
+        free.sort()  # by load, then configured position (unique: nothing after it compares)
     return [(key, credential, entry) for _, _, key, credential, entry in free], earliest
 
 

@@ -256,8 +256,10 @@ class RedisObservations:
         def read(answer: list[Any]) -> SharedStart:
             position, probe, overflow, *holds = answer
             if position:
+                if not 0 < position <= len(candidates):
+                    raise ValueError("the shared admission chose no candidate")
                 learned = self._learned(holds[0]) if holds else None
-                return SharedStart(int(position) - 1, probe == 1, 0.0, [], lease, learned)
+                return SharedStart(position - 1, probe == 1, 0.0, [], lease, learned)
             return SharedStart(
                 None,
                 False,

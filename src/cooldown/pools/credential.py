@@ -8,6 +8,7 @@ from typing import ClassVar, TypeVar
 
 from ..advice import QuotaBuckets
 from ..arguments import resolve_now
+from ..config import CooldownSettings
 from ..forksafe import new_lock
 from ..headers import header_value
 from ..outcome import UpstreamOutcome
@@ -115,6 +116,24 @@ class CredentialPool(KeySelection):
             cls._record_legacy(provider, key, status, resolve_now(now))
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
+        cls._record_scoped(
+            provider, key, evidence, model, quota_bucket, retry_after_seconds, current, now, sent_at
+        )
+
+    @classmethod
+    def _record_scoped(
+        cls,
+        provider: str,
+        key: str,
+        evidence: ScopedRecording,
+        model: str | None,
+        quota_bucket: str | None,
+        retry_after_seconds: float | None,
+        current: CooldownSettings,
+        now: float | None,
+        sent_at: float | None,
+    ) -> None:
+        """`record` on the scoped path, its arguments checked (`dispatch` calls it directly)."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
             provider,
             key,

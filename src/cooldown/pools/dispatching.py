@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 from ..advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
 from ..arguments import resolve_now
+from ..config import CooldownSettings
 from ..digests import scope_message
 from ..headers import Headers, lowered_headers
 from ..learn import window_learner
 from ..ratelimit import request_budget
 from ..store import Attempt, Order, model_cooldown
-from ._common import by_affinity, check_affinity, scoped_settings
+from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
 from .rotation import Steps, rotation
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ def steps_for(
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
         scope["quota_bucket"] = quota_bucket
-    if scoped_settings(scope.get("model"), scope.get("quota_bucket")) is None:
+    current = scoped_settings(scope.get("model"), scope.get("quota_bucket"))
+    if current is None:
         return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
             first=lambda: _keyed(pool.select(provider, affinity=affinity, now=now, **scope)),
             rest=lambda tried: _keyed(
@@ -61,85 +63,118 @@ def steps_for(
             ),
             finish=lambda admitted, served: None,
         )
+    attempt = _Attempts(pool, provider, scope, affinity, order, now, current)
     return rotation(
-        first=lambda: _admit(pool, provider, scope, affinity, order, set(), now),
-        rest=lambda tried: _admit(pool, provider, scope, affinity, order, tried, now),
-        record=lambda admitted, status, headers, evidence: _record_attempt(
-            pool, provider, scope, admitted, status, headers, evidence, now
-        ),
+        first=lambda: attempt.admit(set()),
+        rest=attempt.admit,
+        record=attempt.record,
         finish=lambda admitted, served: model_cooldown.finish(admitted[1], served=served),
     )
 
 
-def _admit(
-    pool: type[CredentialPool],
-    provider: str,
-    scope: SelectionScope,
-    affinity: str | None,
-    order: Order,
-    tried: set[str],
-    now: float | None,
-) -> tuple[str, Attempt] | None:
-    """The next key for a scoped dispatch, counted in flight (SPEC §15)."""
-    current = scoped_settings(scope.get("model"), scope.get("quota_bucket"))
-    candidates = pool.keys(provider)
-    if current is None or not candidates:
-        return None
-    current_time = resolve_now(now)
-    rests = pool._legacy.live(provider, candidates, current_time)
-    if check_affinity(affinity) is not None:  # rendezvous order, skipping keys not free
-        candidates, order = by_affinity(candidates, affinity), "configured"
-    taken = model_cooldown.admit(
-        provider,
-        candidates,
-        model=scope.get("model"),
-        quota_bucket=scope.get("quota_bucket"),
-        max_seconds=current.max_seconds,
-        now=current_time,
-        legacy_rest_until=rests,
-        order=order,
-        exclude=tried,
-        lease_seconds=current.lease_seconds,
-    )
-    if taken is not None and current.learn != "off":
-        key, attempt = taken
-        if attempt.shared is not None and attempt.shared.learned is not None:
-            window_learner.adopt(
-                provider, key, _scope(scope), attempt.shared.learned, now=current_time
-            )
-    return taken
+class _Attempts:
+    """One scoped dispatch's attempts: the settings and scope are read once per dispatch."""
 
+    def __init__(
+        self,
+        pool: type[CredentialPool],
+        provider: str,
+        scope: SelectionScope,
+        affinity: str | None,
+        order: Order,
+        now: float | None,
+        current: CooldownSettings,
+    ) -> None:
+        self.pool, self.provider, self.scope, self.now, self.current = (
+            pool,
+            provider,
+            scope,
+            now,
+            current,
+        )
+        self.model, self.quota_bucket = scope.get("model"), scope.get("quota_bucket")
+        self.affinity = check_affinity(affinity)
+        self.order: Order = "configured" if self.affinity is not None else order
 
-def _scope(scope: SelectionScope) -> bytes:
-    message = scope_message(scope.get("model"), scope.get("quota_bucket"))
-    assert message is not None  # the scoped path has a model or a bucket
-    return message
+    def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
+        """The next key, counted in flight (SPEC §15); affinity keeps its rendezvous order."""
+        pool, provider = self.pool, self.provider
+        candidates = pool.keys(provider)
+        if not candidates:
+            return None
+        current_time = resolve_now(self.now)
+        rests = pool._legacy.live(provider, candidates, current_time)
+        if self.affinity is not None:
+            candidates = by_affinity(candidates, self.affinity)
+        taken = model_cooldown.admit(
+            provider,
+            candidates,
+            model=self.model,
+            quota_bucket=self.quota_bucket,
+            max_seconds=self.current.max_seconds,
+            now=current_time,
+            legacy_rest_until=rests,
+            order=self.order,
+            exclude=tried,
+            lease_seconds=self.current.lease_seconds,
+        )
+        if taken is not None and taken[1].shared is not None and self.current.learn != "off":
+            learned = taken[1].shared.learned
+            if learned is not None:  # the fleet's estimate, read with the admission
+                window_learner.adopt(provider, taken[0], self._scope(), learned, now=current_time)
+        return taken
 
+    def record(
+        self,
+        admitted: tuple[str, Attempt],
+        status: int,
+        headers: Headers,
+        evidence: RecordingContext,
+    ) -> None:
+        """Record the answer as of the attempt's start; keep the budget its headers announce.
+        With shared state, these writes go with the attempt's end, in one round trip."""
+        key, attempt = admitted
+        if attempt.shared is None:
+            self._record(key, attempt, status, headers, evidence)
+            return
+        with model_cooldown.ending(attempt):
+            self._record(key, attempt, status, headers, evidence)
+            attempt.shared.learned = window_learner.export(self.provider, key, self._scope())
 
-def _record_attempt(
-    pool: type[CredentialPool],
-    provider: str,
-    scope: SelectionScope,
-    admitted: tuple[str, Attempt],
-    status: int,
-    headers: Headers,
-    evidence: RecordingContext,
-    now: float | None,
-) -> None:
-    """Record the answer as of the attempt's start; keep the budget its headers announce."""
-    key, attempt = admitted
-    budget = request_budget(lowered_headers(headers), time.time())
-    with model_cooldown.ending(attempt):  # shared writes go with the attempt's end
-        pool.record(provider, key, status, now=now, **scope, **evidence, sent_at=attempt.started)
-        if attempt.shared is not None:  # the fleet learns what this answer taught
-            attempt.shared.learned = window_learner.export(provider, key, _scope(scope))
+    def _record(
+        self,
+        key: str,
+        attempt: Attempt,
+        status: int,
+        headers: Headers,
+        evidence: RecordingContext,
+    ) -> None:
+        self.pool._record_scoped(
+            self.provider,
+            key,
+            ScopedRecording.from_call(
+                status, evidence.get("outcome"), evidence.get("credential_wide_auth")
+            ),
+            self.model,
+            self.quota_bucket,
+            evidence.get("retry_after_seconds"),
+            self.current,
+            self.now,
+            attempt.started,
+        )
+        budget = request_budget(lowered_headers(headers), time.time()) if headers else None
         if budget is not None:
             model_cooldown.record_budget(
-                provider,
+                self.provider,
                 key,
-                model=scope.get("model"),
-                quota_bucket=scope.get("quota_bucket"),
+                model=self.model,
+                quota_bucket=self.quota_bucket,
                 remaining=budget[0],
                 reset_seconds=budget[1],
-                now=now,
+                now=self.now,
             )
+
+    def _scope(self) -> bytes:
+        message = scope_message(self.model, self.quota_bucket)
+        assert message is not None  # the scoped path has a model or a bucket
+        return message
