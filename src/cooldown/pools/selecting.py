@@ -113,12 +113,9 @@ class KeySelection:
         an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
         """
         max_seconds = scoped_max_seconds(model, quota_bucket)
-        if check_affinity(affinity) is not None and max_seconds is not None:
-            free = cls.eligible(
-                provider, now=now, model=model, quota_bucket=quota_bucket, affinity=affinity
-            )
-            return free[0] if free else None
         candidates = cls.keys(provider)
+        if check_affinity(affinity) is not None and max_seconds is not None:
+            candidates, order = by_affinity(candidates, affinity), "configured"  # rendezvous
         current_time = resolve_now(now)
         rests = cls._legacy.live(provider, candidates, current_time)
         if max_seconds is None:
