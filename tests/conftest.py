@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -232,6 +233,19 @@ def redis_url() -> str:
             pytest.fail(f"MODEL_COOLDOWN_REQUIRE_REDIS=1 but Redis is unreachable: {error}")
         pytest.skip(f"no Redis at MODEL_COOLDOWN_TEST_REDIS_URL ({type(error).__name__})")
     return TEST_REDIS_URL
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    """A Redis key prefix of this test's own; every key under it is deleted afterwards."""
+    import redis
+
+    name = f"mc-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(f"{{{name}}}:*"):
+        client.delete(key)
+    client.close()
 
 
 def require_program(name: str) -> None:

@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,17 +42,6 @@ BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
 K1, K2 = "sk-shared-SECRET-one", "sk-shared-SECRET-two"
 THROTTLED = classify_upstream_outcome(429)
 T = 5000.0  # a monotonic `now` every process agrees on (same host, same clock)
-
-
-@pytest.fixture
-def prefix(redis_url: str) -> Iterator[str]:
-    """A prefix of this test's own; every key under it is deleted afterwards."""
-    name = f"mc-test-{uuid.uuid4().hex[:12]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(f"{{{name}}}:*"):
-        client.delete(key)
-    client.close()
 
 
 @pytest.fixture

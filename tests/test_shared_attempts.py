@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,16 +46,6 @@ MODEL = "gpt-SECRET-attempts"
 THROTTLED = classify_upstream_outcome(429)
 SERVED = classify_upstream_outcome(200)
 T = 7000.0
-
-
-@pytest.fixture
-def prefix(redis_url: str) -> Iterator[str]:
-    name = f"mc-attempts-{uuid.uuid4().hex[:12]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(f"{{{name}}}:*"):
-        client.delete(key)
-    client.close()
 
 
 @pytest.fixture

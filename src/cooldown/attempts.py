@@ -94,8 +94,8 @@ class Attempts:
             return False, None
         if answer.position is not None:
             key, credential, entry = claim.candidates[answer.position]
-            shared = SharedAttempt(answer.lease, ids[answer.position][1], ceiling, now)
-            shared.learned = answer.learned
+            entry_id = ids[answer.position][1]
+            shared = SharedAttempt(answer.lease, entry_id, ceiling, now, learned=answer.learned)
             with self._lock:
                 attempt = self._admission.start(
                     entry, credential, now, claim.lease, (answer.probe, shared)

@@ -63,16 +63,16 @@ def steps_for(
             ),
             finish=lambda admitted, served: None,
         )
-    attempt = _Attempts(pool, provider, scope, affinity, order, now, current)
+    dispatch = _ScopedDispatch(pool, provider, scope, affinity, order, now, current)
     return rotation(
-        first=lambda: attempt.admit(set()),
-        rest=attempt.admit,
-        record=attempt.record,
+        first=lambda: dispatch.admit(set()),
+        rest=dispatch.admit,
+        record=dispatch.record,
         finish=lambda admitted, served: model_cooldown.finish(admitted[1], served=served),
     )
 
 
-class _Attempts:
+class _ScopedDispatch:
     """One scoped dispatch's attempts: the settings and scope are read once per dispatch."""
 
     def __init__(
@@ -85,13 +85,7 @@ class _Attempts:
         now: float | None,
         current: CooldownSettings,
     ) -> None:
-        self.pool, self.provider, self.scope, self.now, self.current = (
-            pool,
-            provider,
-            scope,
-            now,
-            current,
-        )
+        self.pool, self.provider, self.now, self.current = pool, provider, now, current
         self.model, self.quota_bucket = scope.get("model"), scope.get("quota_bucket")
         self.affinity = check_affinity(affinity)
         self.order: Order = "configured" if self.affinity is not None else order
