@@ -22,6 +22,7 @@ from cooldown import (
     recording_context,
     selection_scope,
 )
+from cooldown.store import ORDERS, Order
 
 RUNS = 2000
 PROVIDER = "bench-paths"
@@ -87,10 +88,13 @@ def attempt_bookkeeping() -> None:
     select a hand-written loop makes, on an idle store and with 10000 live entries."""
     keys = CredentialPool.keys(PROVIDER)
 
-    def admitted() -> None:
-        taken = model_cooldown.admit(PROVIDER, keys, model="gpt-bench")
-        assert taken is not None
-        model_cooldown.finish(taken[1], served=True)
+    def admitted(order: Order) -> Callable[[], None]:
+        def run() -> None:
+            taken = model_cooldown.admit(PROVIDER, keys, model="gpt-bench", order=order)
+            assert taken is not None
+            model_cooldown.finish(taken[1], served=True)
+
+        return run
 
     for label in ("idle store", "10000 live entries"):
         if label != "idle store":
@@ -99,11 +103,12 @@ def attempt_bookkeeping() -> None:
                     "filler", f"key-{index}", THROTTLED, model="m", retry_after_seconds=3000
                 )
         select = us(lambda: model_cooldown.select(PROVIDER, keys, model="gpt-bench"))
-        admit = us(admitted)
-        print(
-            f"attempt bookkeeping, {label}: admit + finish {admit:5.2f} us, select "
-            f"{select:5.2f} us: {admit - select:5.2f} us per attempt (target <= 5 us)"
-        )
+        for order in ORDERS:
+            admit = us(admitted(order))
+            print(
+                f"attempt bookkeeping, {label}, {order} order: admit + finish {admit:5.2f} us, "
+                f"select {select:5.2f} us: {admit - select:5.2f} us per attempt (target <= 5 us)"
+            )
     model_cooldown.reset()
 
 

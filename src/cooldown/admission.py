@@ -97,36 +97,22 @@ class Admission:
             if token in self._leases:
                 self._end(token)
 
-    def held(self, entry: bytes, now: float) -> float:
-        """0.0 when the key may be dispatched for this scope now; else until when it is held
-        back (`now + 1` for a probe in flight, the reset for a spent budget). Call `expire`
-        first."""
+    def weigh(self, entry: bytes, now: float) -> tuple[float, Load]:
+        """Until when the key is held back for this scope (0.0: it may be dispatched now;
+        `now + 1` while its probe is out, the reset while its budget is spent), and how busy
+        it is. Call `expire` first."""
+        in_flight = self._in_flight.get(entry, 0)
+        last = self._last_dispatch.get(entry, -math.inf)
         if entry in self._probing:
-            return now + 1.0
-        budget = self._budgets.get(entry)
-        if budget is not None:
-            remaining, reset = budget
-            if reset <= now:
-                del self._budgets[entry]
-            elif remaining - self._in_flight.get(entry, 0) <= 0:
-                return reset
-        return 0.0
-
-    def load(self, entry: bytes) -> Load:
+            return now + 1.0, (in_flight, True, math.inf, last)
         budget = self._budgets.get(entry)
         if budget is None:
-            return (
-                self._in_flight.get(entry, 0),
-                True,
-                math.inf,
-                self._last_dispatch.get(entry, -math.inf),
-            )
-        return (
-            self._in_flight.get(entry, 0),
-            False,
-            budget[1],
-            self._last_dispatch.get(entry, -math.inf),
-        )
+            return 0.0, (in_flight, True, math.inf, last)
+        remaining, reset = budget
+        if reset <= now:
+            del self._budgets[entry]
+            return 0.0, (in_flight, True, math.inf, last)
+        return (reset if remaining - in_flight <= 0 else 0.0), (in_flight, False, reset, last)
 
     # -- attempts --------------------------------------------------------------------------
 
@@ -158,14 +144,15 @@ class Admission:
             self._probing[entry] = token
         return Attempt(token, entry, now, probe, None if shared is None else shared[1])
 
-    def finish(self, attempt: Attempt, *, served: bool, credential: bytes) -> None:
+    def finish(self, attempt: Attempt, *, served: bool) -> None:
         """The attempt's answer was recorded (or `send` raised): release its count and probe."""
         if attempt.token not in self._leases:
             return  # already forgotten: its lease expired
         self._end(attempt.token)
         if attempt.probe and served:  # the key is back: no more probing until it cools again
-            self._released.pop(attempt.entry, None)
-            self._released.pop(credential, None)
+            entry = attempt.entry
+            self._released.pop(entry, None)
+            self._released.pop(entry[: len(entry) // 2], None)  # its credential's digest
 
     def _end(self, token: int) -> None:
         entry, _ = self._leases.pop(token)
@@ -189,6 +176,18 @@ class Claim:
     candidates for the shared admission, with what a 429 would need.
     """
 
+    __slots__ = (
+        "candidates",
+        "ceiling",
+        "deferred",
+        "earliest",
+        "exclude",
+        "excluded_free",
+        "lease",
+        "now",
+        "taken",
+    )
+
     def __init__(self, exclude: frozenset[str], lease: float, *, deferred: bool = False) -> None:
         self.exclude = exclude
         self.lease = lease
@@ -198,6 +197,11 @@ class Claim:
         self.excluded_free = False
         self.now = self.earliest = 0.0
         self.ceiling = 0
+
+    def first_free_outside(self) -> frozenset[str] | None:
+        """What ends a configured-order scan early: any free key not excluded (the shared
+        admission needs every candidate, so a deferred claim ends nothing)."""
+        return None if self.deferred else self.exclude
 
     def take(
         self,

@@ -17,7 +17,6 @@ from contextvars import ContextVar
 from .admission import Admission, Attempt, Claim, Order
 from .arguments import finite_number, require_str, resolve_now, retry_after
 from .backend import SharedAttempt, Sharing
-from .budget import DIGEST_SIZE
 from .digests import PreparedHmac, credential_message, frame, scope_message
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 
@@ -59,9 +58,6 @@ class Attempts:
         """Choose a key for one dispatch and count it in flight, in one step, so no two
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
         (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
-        scope = scope_message(model, quota_bucket)
-        if scope is None:
-            raise ValueError("admit needs a model or a quota bucket")
         lease = finite_number(lease_seconds, "lease_seconds")
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
         sharing = self._shared
@@ -70,6 +66,8 @@ class Attempts:
         self._choose("eligible", *args, order=order, claim=claim, consult_shared=False)
         if sharing is None or not claim.candidates:
             return claim.taken
+        scope = scope_message(model, quota_bucket)
+        assert scope is not None  # _choose refuses a claim without one
         answered, taken = self._admit_shared(
             sharing, claim, frame(provider), scope, spread=order == "spread"
         )
@@ -124,7 +122,7 @@ class Attempts:
     def finish(self, attempt: Attempt, *, served: bool) -> None:
         """The attempt's answer is recorded (or it failed): it is no longer in flight."""
         with self._lock:
-            self._admission.finish(attempt, served=served, credential=attempt.entry[:DIGEST_SIZE])
+            self._admission.finish(attempt, served=served)
         sharing = self._shared
         if attempt.shared is not None and sharing is not None:  # no lock across the round trip
             sharing.backend.end(attempt.shared, served=served)

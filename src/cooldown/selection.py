@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TypeAlias, TypeVar
 
 from .admission import Admission, Load
@@ -146,10 +146,12 @@ def admissible(
     now: float,
     *,
     spread: bool,
+    stop_at_free_outside: Collection[str] | None = None,
 ) -> tuple[list[tuple[str, bytes, bytes]], float]:
     """The keys a dispatch may use now, as (key, credential digest, entry), in the order
     asked for; and the earliest moment another key is free (a release, a budget's reset, or
-    one second for a probe in flight)."""
+    one second for a probe in flight). In configured order, `stop_at_free_outside` ends the
+    scan at the first free key not in it: a dispatch needs no more."""
     _, provider_frame, keys, scope, legacy, _, _, _ = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
@@ -164,12 +166,13 @@ def admissible(
             release = max(deadlines.get(credential, 0.0), deadlines.get(entry, 0.0))
         if key in legacy:
             release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
+        load = _NO_LOAD
         if release <= now:
-            release = admission.held(entry, now)
+            release, load = admission.weigh(entry, now)
         if release <= now:
-            free.append(
-                (admission.load(entry) if spread else _NO_LOAD, position, key, credential, entry)
-            )
+            free.append((load if spread else _NO_LOAD, position, key, credential, entry))
+            if stop_at_free_outside is not None and key not in stop_at_free_outside:
+                break
         elif release < earliest:
             earliest = release
     if spread:

@@ -233,6 +233,8 @@ class ModelCooldown(Inspection, Attempts):
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
             lookup = (ceiling, provider_frame, keys, scope, legacy, given_now, shared, 0.0)
+        if claim is not None and scope is None:
+            raise ValueError("admit needs a model or a quota bucket")
         spread = order == "spread" and scope is not None
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
@@ -246,6 +248,9 @@ class ModelCooldown(Inspection, Attempts):
                     lookup,
                     current_time,
                     spread=spread,
+                    stop_at_free_outside=(
+                        claim.first_free_outside() if claim and not spread else None
+                    ),
                 )
                 free = [key for key, _, _ in admitted]
             else:
