@@ -213,6 +213,31 @@ def test_redis_down_mid_dispatch_falls_back_to_this_process(
     assert store.stats()["shared_errors_total"] >= 1
 
 
+def test_a_probe_whose_end_missed_redis_is_released_once_it_answers(
+    process: Callable[[], ModelCooldown], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blip at the end of a probe must not hold its key fleet-wide until the lease (300 s)
+    runs out: the process releases it before its next admission once Redis answers."""
+    first, second = process(), process()
+    throttle(first, K1, 10, T)
+    throttle(first, K2, 100, T)
+    probe = admit(first, T + 11)
+    working = RedisObservations._script
+
+    def end_fails(self: RedisObservations, name: str) -> Any:
+        if name == "end":
+            raise redis.ConnectionError("a blip")
+        return working(self, name)
+
+    monkeypatch.setattr(RedisObservations, "_script", end_fails)
+    answer(first, probe, 200, T + 12)  # released here, but not in Redis
+    monkeypatch.setattr(RedisObservations, "_script", working)
+    with pytest.raises(ModelCooldownExhausted):
+        admit(second, T + 12.5)  # the lost end still holds K1 for everyone
+    assert admit(first, T + 14)[0] == K1  # after the backoff: released, then admitted
+    assert first.stats()["shared_errors_total"] == 1
+
+
 # -- what Redis holds ---------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ import os
 import secrets
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -22,7 +23,8 @@ from .backend import SharedAttempt, SharedStart
 from .config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
 from .forksafe import new_lock
 from .learn import LearnedWindow
-from .redisurl import RedisEndpoint, parse_redis_url
+from .redisclient import connect
+from .redisurl import parse_redis_url
 from .store import ModelCooldown
 
 __all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
@@ -35,45 +37,8 @@ FIRST_BACKOFF_SECONDS = 1.0
 LONGEST_BACKOFF_SECONDS = 30.0
 CLOCK_SKEW_SECONDS = 10.0
 """How far another host's clock may run ahead before its deadlines count as too late."""
-
-
-def _connect(endpoint: RedisEndpoint, timeout: float) -> Any:
-    """A client for the endpoint; the URL's own timeouts may only tighten ours."""
-    from redis import Redis
-    from redis.backoff import NoBackoff
-    from redis.cluster import ClusterNode, RedisCluster
-    from redis.retry import Retry
-    from redis.sentinel import Sentinel
-
-    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-    for name, seconds in endpoint.timeouts:
-        timeouts[name] = min(timeouts[name], seconds)
-    common: dict[str, Any] = {
-        **timeouts,
-        **dict(endpoint.options),
-        "username": endpoint.username,
-        "password": endpoint.password,
-    }
-    if endpoint.tls:
-        common["ssl"] = True
-    once: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}  # one attempt, one timeout
-    if endpoint.mode == "cluster":
-        nodes = [ClusterNode(host, port) for host, port in endpoint.hosts]  # type: ignore[no-untyped-call]
-        return RedisCluster(startup_nodes=nodes, **once, **common)
-    single = {**common, **once, "db": endpoint.db, "health_check_interval": 0}
-    if endpoint.mode == "sentinel":
-        # The Sentinel's own connections get the same single attempt and timeouts as the rest.
-        sentinel_options = {**timeouts, **once, "health_check_interval": 0}
-        sentinel = Sentinel(list(endpoint.hosts), sentinel_kwargs=sentinel_options, **timeouts)  # type: ignore[no-untyped-call]
-        return sentinel.master_for(endpoint.service_name or "", **single)  # type: ignore[no-untyped-call]
-    if endpoint.unix_path is not None:
-        return Redis(unix_socket_path=endpoint.unix_path, **single)
-    host, port = endpoint.hosts[0]
-    client = Redis(host=host, port=port, **single)
-    if client.info("cluster").get("cluster_enabled"):  # a plain URL naming a cluster node
-        client.close()
-        return RedisCluster(host=host, port=port, **once, **common)
-    return client
+UNRELEASED = 1024
+"""Attempts whose end did not reach Redis, kept to release when it answers again."""
 
 
 def _finite(value: Any) -> float:
@@ -105,6 +70,7 @@ class RedisObservations:
         self._scripts: dict[str, Any] = {}
         self._keys = [f"{{{prefix}}}:{name}" for name in shared_scripts.KEY_NAMES]
         self._leases = itertools.count(1)
+        self._unreleased: deque[str] = deque(maxlen=UNRELEASED)
         self._nonce = secrets.token_hex(4)  # with the pid: leases never collide
         self._max_entries = max_entries
         # Wall clock = monotonic + offset, fixed per process, so `now=` works in tests too.
@@ -126,10 +92,10 @@ class RedisObservations:
 
     def _connected(self) -> Any:
         if self._client is None:
-            client = _connect(self._endpoint, self._timeout)
+            client = connect(self._endpoint, self._timeout)
             self._scripts = {
                 name: client.register_script(getattr(shared_scripts, name.upper()))
-                for name in ("record", "clear", "lookup", "start", "end")
+                for name in ("record", "clear", "lookup", "start", "end", "release")
             }
             self._client = client
         return self._client
@@ -275,7 +241,19 @@ class RedisObservations:
             "1" if spread else "0",
             *itertools.chain.from_iterable(candidates),
         ]
+        if self._unreleased:
+            self._release_missed_ends(now, max_seconds)
         return self._call(now, "start", self._keys, args, read)
+
+    def _release_missed_ends(self, now: float, max_seconds: int) -> None:
+        """Release the attempts whose end did not reach Redis, once it answers again: a probe
+        claimed before an outage must not hold its key until its lease runs out."""
+        with self._lock:
+            missed, self._unreleased = list(self._unreleased), deque(maxlen=UNRELEASED)
+        window = self._window(now, max_seconds)
+        if self._call(now, "release", self._keys, [*window, *missed]) is None:
+            with self._lock:  # still unreachable: keep them for the next try (bounded)
+                self._unreleased.extendleft(reversed(missed))
 
     def end(self, attempt: SharedAttempt, *, served: bool) -> None:
         """Write the attempt's answer and budget, then release it: one round trip."""
@@ -300,7 +278,9 @@ class RedisObservations:
             *budget,
             learned,
         ]
-        self._call(now, "end", self._keys, args)
+        if self._call(now, "end", self._keys, args) is None:  # released before the next start
+            with self._lock:
+                self._unreleased.append(f"{attempt.lease}:{attempt.entry}")
 
     def _learned_text(self, window: LearnedWindow) -> str:
         lower, upper, episode_start, throttles, clean = window

@@ -9,7 +9,7 @@ sees it. ARGV[1..3] is always now, limit, truncate.
 
 from __future__ import annotations
 
-__all__ = ["CLEAR", "END", "KEY_NAMES", "LOOKUP", "RECORD", "START"]
+__all__ = ["CLEAR", "END", "KEY_NAMES", "LOOKUP", "RECORD", "RELEASE", "START"]
 
 KEY_NAMES = (
     "deadlines",  # zset: id -> cooldown deadline
@@ -232,6 +232,20 @@ if redis.call('ZSCORE', KEYS[4], member) then
   local probe = redis.call('HGET', KEYS[5], entry) == member
   leave(member)
   if probe and ARGV[8] == '1' then redis.call('ZREM', KEYS[6], entry, credential) end
+end
+return 1
+"""
+)
+
+# ARGV[4..]: leases whose end did not reach Redis (it was down): release each one still held,
+# so a probe claimed before an outage does not hold its key until the lease runs out.
+RELEASE = (
+    _COMMON
+    + _PRUNE_DEADLINES
+    + _PRUNE
+    + """
+for index = 4, #ARGV do
+  if redis.call('ZSCORE', KEYS[4], ARGV[index]) then leave(ARGV[index]) end
 end
 return 1
 """
