@@ -238,6 +238,18 @@ def test_a_probe_whose_end_missed_redis_is_released_once_it_answers(
     assert first.stats()["shared_errors_total"] == 1
 
 
+def test_per_model_counts_count_each_cooldown_once_with_sharing(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    """A process's own cooldowns are in its table and in Redis, under different ids."""
+    first, second = process(), process()
+    for model in ("gpt-a", "gpt-b"):
+        first.record(P, K1, THROTTLED, model=model, retry_after_seconds=30, now=T)
+    second.record(P, K2, THROTTLED, model="gpt-a", retry_after_seconds=30, now=T)
+    assert first.scoped_counts(P, KEYS, now=T + 1) == [2, 1]
+    assert second.scoped_counts(P, KEYS, now=T + 1) == [2, 1]
+
+
 # -- what Redis holds ---------------------------------------------------------------------------
 
 

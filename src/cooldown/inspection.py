@@ -66,7 +66,9 @@ class Inspection:
         """Per key, how many models or buckets it cools for right now (shared ones included).
 
         One pass over the table (and one shared round trip), whatever the number of keys;
-        nothing is stored to answer it. For operators, not routes.
+        nothing is stored to answer it. For operators, not routes. With shared state, a key's
+        count is the larger of the shared and the local one: this process's own cooldowns are
+        in both, under different ids, so adding them would count each twice.
         """
         provider_frame = frame(require_str(provider, "provider"))
         messages = [
@@ -75,18 +77,20 @@ class Inspection:
         ]
         current_time = resolve_now(now)
         counts = [0] * len(messages)
-        sharing = self._shared
-        if sharing is not None and messages:
-            shared = sharing.backend.live_entries(current_time)
-            if shared is not None:
-                wanted = {sharing.digest(message).hex(): i for i, message in enumerate(messages)}
-                count_by_prefix(shared, wanted, counts, 2 * DIGEST_SIZE)
         if self._deadlines and messages:
             with self._lock:  # a C-speed copy; the counting runs without the lock
                 held = list(self._deadlines.items())
             wanted_local = {self._digest(message): i for i, message in enumerate(messages)}
             live = [entry for entry, deadline in held if deadline > current_time]
             count_by_prefix(live, wanted_local, counts, DIGEST_SIZE)
+        sharing = self._shared
+        if sharing is not None and messages:
+            shared = sharing.backend.live_entries(current_time)
+            if shared is not None:
+                wanted = {sharing.digest(message).hex(): i for i, message in enumerate(messages)}
+                shared_counts = [0] * len(messages)
+                count_by_prefix(shared, wanted, shared_counts, 2 * DIGEST_SIZE)
+                counts = list(map(max, counts, shared_counts))
         return counts
 
     @property
