@@ -238,12 +238,17 @@ def redis_url() -> str:
 @pytest.fixture
 def prefix(redis_url: str) -> Iterator[str]:
     """A Redis key prefix of this test's own; every key under it is deleted afterwards."""
-    import redis
-
     name = f"mc-test-{uuid.uuid4().hex[:12]}"
     yield name
+    delete_prefix(redis_url, name)
+
+
+def delete_prefix(redis_url: str, prefix: str) -> None:
+    """Delete every key a test wrote under `{prefix}`."""
+    import redis
+
     client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(f"{{{name}}}:*"):
+    for key in client.scan_iter(f"{{{prefix}}}:*"):
         client.delete(key)
     client.close()
 

@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from cooldown import ModelCooldown, ModelCooldownExhausted, classify_upstream_outcome
 from cooldown.admission import Attempt
 
-from .conftest import TEST_REDIS_URL
+from .conftest import TEST_REDIS_URL, delete_prefix
 
 P, MODEL, LEASE = "p", "m", 30.0
 KEYS = ["k0", "k1", "k2"]
@@ -151,12 +151,7 @@ class SharedAttempts(Attempts):
             assert store.stats()["shared_errors_total"] == 0
 
     def teardown(self) -> None:
-        import redis
-
-        client = redis.Redis.from_url(TEST_REDIS_URL)
-        for key in client.scan_iter(f"{{{self.prefix}}}:*"):
-            client.delete(key)
-        client.close()
+        delete_prefix(TEST_REDIS_URL, self.prefix)
         for store in self.stores:
             backend = store.detach_shared()
             if backend is not None:

@@ -223,39 +223,29 @@ def test_the_cli_reads_the_shared_state(
     app: Flask,
     monkeypatch: pytest.MonkeyPatch,
     redis_url: str,
+    prefix: str,
     worker_processes: Callable[..., list],  # type: ignore[type-arg]
 ) -> None:
-    import uuid
-
-    import redis
-
-    prefix = f"mc-cli-{uuid.uuid4().hex[:10]}"
     shared = {
         "MODEL_COOLDOWN_ENABLED": "true",
         "MODEL_COOLDOWN_REDIS_URL": redis_url,
         "MODEL_COOLDOWN_REDIS_SECRET": "cli-secret-" + "x" * 30,
         "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
     }
-    try:
-        (server,) = worker_processes(1, {**shared, BASE: KEYS[0], f"{BASE}_1": KEYS[1]})
-        server("record", provider=P, key=KEYS[1], status=429, scope={"model": "gpt-4o"}, now=None)
-        for name, value in shared.items():
-            monkeypatch.setenv(name, value)
-        result = app.test_cli_runner().invoke(args=["cooldown", "status", P, "--model", "gpt-4o"])
-        assert result.exit_code == 0, result.output
-        assert [key["state"] for key in json.loads(result.output)["keys"]] == [
-            "ready",
-            "cooling",
-            "ready",
-        ]
-        unscoped = app.test_cli_runner().invoke(args=["cooldown", "status", P])
-        assert [key["scoped_cooldowns"] for key in json.loads(unscoped.output)["keys"]] == [
-            0,
-            1,
-            0,
-        ]
-    finally:
-        client = redis.Redis.from_url(redis_url)
-        for key in client.scan_iter(f"{{{prefix}}}:*"):
-            client.delete(key)
-        client.close()
+    (server,) = worker_processes(1, {**shared, BASE: KEYS[0], f"{BASE}_1": KEYS[1]})
+    server("record", provider=P, key=KEYS[1], status=429, scope={"model": "gpt-4o"}, now=None)
+    for name, value in shared.items():
+        monkeypatch.setenv(name, value)
+    result = app.test_cli_runner().invoke(args=["cooldown", "status", P, "--model", "gpt-4o"])
+    assert result.exit_code == 0, result.output
+    assert [key["state"] for key in json.loads(result.output)["keys"]] == [
+        "ready",
+        "cooling",
+        "ready",
+    ]
+    unscoped = app.test_cli_runner().invoke(args=["cooldown", "status", P])
+    assert [key["scoped_cooldowns"] for key in json.loads(unscoped.output)["keys"]] == [
+        0,
+        1,
+        0,
+    ]
