@@ -22,7 +22,7 @@ from cooldown import (
     classify_upstream_outcome,
     model_cooldown,
 )
-from cooldown.digests import PreparedHmac, credential_message, frame, scope_message
+from cooldown.digests import PreparedHmac, credential_message, credential_prefix, scope_message
 
 from .conftest import two_processes_share_one_probe
 
@@ -255,7 +255,7 @@ def test_per_model_counts_count_each_cooldown_once_with_sharing(
 
 def shared_ids(key: str) -> tuple[str, str]:
     digest = PreparedHmac(SECRET.encode())
-    credential = digest(credential_message(frame(P), key))
+    credential = digest(credential_message(credential_prefix(P), key))
     scope = scope_message(MODEL, None)
     assert scope is not None
     return credential.hex(), (credential + digest(scope)).hex()

@@ -15,6 +15,7 @@ from cooldown import (
     ModelCooldownExhausted,
     UpstreamOutcome,
     classify_upstream_outcome,
+    digests,
 )
 
 P = "openai"
@@ -56,6 +57,28 @@ def test_credential_id_is_hmac_sha256_of_the_framed_parts() -> None:
 
     message = frame("credential") + frame(P) + frame(KEY)
     assert store.credential_id(P, KEY) == hmac.new(secret, message, "sha256").hexdigest()
+
+
+def test_credential_ids_hold_for_many_providers_and_str_subclasses() -> None:
+    """Each provider's framed prefix is kept for the hot path; beyond the kept ones, and for a
+    str subclass (never kept), the id is still the HMAC of the framed parts."""
+    secret = bytes(range(32))
+    store = ModelCooldown(secret=secret)
+
+    class Name(str):
+        pass
+
+    def expected(provider: str) -> str:
+        parts = ("credential", provider, KEY)
+        message = b"".join(len(p.encode()).to_bytes(8, "big") + p.encode() for p in parts)
+        return hmac.new(secret, message, "sha256").hexdigest()
+
+    providers = [f"provider-{index}" for index in range(600)]
+    for provider in [*providers, *providers, Name("provider-7"), Name("elsewhere")]:
+        assert store.credential_id(provider, KEY) == expected(str(provider))
+    with pytest.raises(TypeError, match="provider must be a str"):
+        store.credential_id(b"bytes", KEY)  # type: ignore[arg-type]
+    assert len(digests._prefixes) <= 256  # callers' provider names cannot grow it unbounded
 
 
 def test_same_secret_gives_same_ids() -> None:

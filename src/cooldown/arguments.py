@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 A_YEAR = 365 * 24 * 3600.0
+_EXACT_INT = 2**53
 LARGEST_NOW = 1e12
 """Monotonic seconds (about 31,700 years): a larger `now` is a caller's mistake, not a time."""
 
@@ -43,6 +44,11 @@ def require_keys(keys: object) -> Sequence[str]:
 
 
 def finite_number(value: object, name: str) -> float:
+    # The common cases first: a finite float, an int a float holds exactly.
+    if type(value) is float and -math.inf < value < math.inf:
+        return value
+    if type(value) is int and -_EXACT_INT <= value <= _EXACT_INT:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be an int or float")
     try:
@@ -58,6 +64,8 @@ def resolve_now(now: float | None) -> float:
     """The caller's monotonic `now`, validated, or the clock when it is `None`."""
     if now is None:
         return time.monotonic()
+    if type(now) is float and -LARGEST_NOW <= now <= 1e9:  # finite, and no wall-clock time
+        return now
     current = finite_number(now, "now")
     if not -LARGEST_NOW <= current <= LARGEST_NOW:
         raise ValueError("now must be monotonic seconds (time.monotonic()), not a huge number")
@@ -76,6 +84,8 @@ def wall_clock(received_at: object) -> float:
 
 
 def bounded_max_seconds(max_seconds: int) -> int:
+    if type(max_seconds) is int and 1 <= max_seconds <= LARGEST_MAX_SECONDS:
+        return max_seconds
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, int):
         raise TypeError("max_seconds must be an int")
     return min(LARGEST_MAX_SECONDS, max(1, max_seconds))
@@ -90,8 +100,12 @@ def usable_advice(advice: object) -> TypeGuard[int | float]:
 
 def delay(advice: object, fallback: float, max_seconds: int) -> float:
     """Trusted advice when it is usable; the caller's fallback otherwise."""
-    # Capped before any float(): an int may be too large for a float.
-    chosen = min(advice, max_seconds) if usable_advice(advice) else fallback
+    if advice is None:
+        chosen = fallback
+    elif type(advice) is float and 0.0 <= advice < math.inf:  # usable_advice, the common case
+        chosen = advice
+    else:  # capped before any float(): an int may be too large for a float
+        chosen = min(advice, max_seconds) if usable_advice(advice) else fallback
     return min(float(max_seconds), max(1.0, chosen))
 
 

@@ -17,11 +17,12 @@ from contextvars import ContextVar
 from .admission import Admission, Attempt, Claim, Order
 from .arguments import finite_number, require_str, resolve_now, retry_after
 from .backend import SharedAttempt, Sharing
-from .digests import PreparedHmac, credential_message, frame, scope_message
+from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 
 __all__ = ["Attempts", "ending_attempt"]
 
+_NOTHING: frozenset[str] = frozenset()
 _ending: ContextVar[SharedAttempt | None] = ContextVar("cooldown_ending", default=None)
 
 
@@ -61,7 +62,8 @@ class Attempts:
         lease = finite_number(lease_seconds, "lease_seconds")
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
         sharing = self._shared
-        claim = Claim(frozenset(exclude), lease, deferred=sharing is not None)
+        excluded = _NOTHING if exclude == () else frozenset(exclude)
+        claim = Claim(excluded, lease, deferred=sharing is not None)
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
         self._choose("eligible", *args, order=order, claim=claim, consult_shared=False)
         if sharing is None or not claim.candidates:
@@ -69,7 +71,7 @@ class Attempts:
         scope = scope_message(model, quota_bucket)
         assert scope is not None  # _choose refuses a claim without one
         answered, taken = self._admit_shared(
-            sharing, claim, frame(provider), scope, spread=order == "spread"
+            sharing, claim, credential_prefix(provider), scope, spread=order == "spread"
         )
         if not answered:  # Redis did not answer: this process's bookkeeping decides
             local = Claim(claim.exclude, lease)
@@ -78,14 +80,14 @@ class Attempts:
         return taken
 
     def _admit_shared(
-        self, sharing: Sharing, claim: Claim, provider_frame: bytes, scope: bytes, *, spread: bool
+        self, sharing: Sharing, claim: Claim, prefix: bytes, scope: bytes, *, spread: bool
     ) -> tuple[bool, tuple[str, Attempt] | None]:
         """One round trip: whether the backend answered, and what it admitted."""
         now, ceiling = claim.now, claim.ceiling
         scope_id = sharing.digest(scope)
         ids = []
         for key, _, _ in claim.candidates:
-            credential = sharing.digest(credential_message(provider_frame, key))
+            credential = sharing.digest(credential_message(prefix, key))
             ids.append((credential.hex(), (credential + scope_id).hex()))
         answer = sharing.backend.start(ids, now, ceiling, now + claim.lease, spread=spread)
         if answer is None:
@@ -142,7 +144,9 @@ class Attempts:
         scope = scope_message(model, quota_bucket)
         if scope is None:
             return
-        message = credential_message(frame(require_str(provider, "provider")), credential)
+        message = credential_message(
+            credential_prefix(provider), require_str(credential, "credential")
+        )
         current_time = resolve_now(now)
         entry = self._digest(message) + self._digest(scope)
         with self._lock:

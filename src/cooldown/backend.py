@@ -77,7 +77,7 @@ class Sharing(NamedTuple):
 
 def shared_releases(
     sharing: Sharing,
-    provider_frame: bytes,
+    prefix: bytes,
     keys: Sequence[str],
     scope: bytes | None,
     now: float,
@@ -91,7 +91,7 @@ def shared_releases(
     scope_digest = b"" if scope is None else digest(scope)
     entries: list[str] = []
     for key in keys:
-        credential = digest(credential_message(provider_frame, require_str(key, "each key")))
+        credential = digest(credential_message(prefix, require_str(key, "each key")))
         entries.append(credential.hex())
         if scope_digest:
             entries.append((credential + scope_digest).hex())

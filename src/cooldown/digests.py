@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["PreparedHmac", "credential_message", "frame", "optional_str", "scope_message"]
+__all__ = [
+    "PreparedHmac",
+    "credential_message",
+    "credential_prefix",
+    "frame",
+    "optional_str",
+    "scope_message",
+]
 
 _HASH_BLOCK_SIZE = 64  # SHA-256 block size, as RFC 2104 pads the key to it
 
@@ -44,9 +51,30 @@ class PreparedHmac:
         return outer.digest()
 
 
-def credential_message(provider_frame: bytes, credential: str) -> bytes:
-    """What a credential id is the HMAC of, locally and in shared state alike."""
-    return _CREDENTIAL_TAG + provider_frame + frame(credential)
+_prefixes: dict[str, bytes] = {}
+_MAX_PREFIXES = 256  # providers are a gateway's pool names: a few, and none of them secret
+
+
+def credential_prefix(provider: object) -> bytes:
+    """The framed `("credential", provider)` that starts each of a provider's credential
+    messages; kept per provider, as every call of the hot path needs it."""
+    if type(provider) is str:
+        prefix = _prefixes.get(provider)
+        if prefix is not None:
+            return prefix
+    elif not isinstance(provider, str):
+        raise TypeError("provider must be a str")
+    prefix = _CREDENTIAL_TAG + frame(provider)
+    if type(provider) is str and len(_prefixes) < _MAX_PREFIXES:
+        _prefixes[provider] = prefix
+    return prefix
+
+
+def credential_message(prefix: bytes, credential: str) -> bytes:
+    """What a credential id is the HMAC of, locally and in shared state alike; `prefix` is
+    the provider's `credential_prefix`. (`frame` inlined: this runs per key and call.)"""
+    data = credential.encode("utf-8", "surrogatepass")
+    return prefix + len(data).to_bytes(8, "big") + data
 
 
 def optional_str(value: object, name: str) -> str | None:
@@ -57,6 +85,8 @@ def optional_str(value: object, name: str) -> str | None:
 
 def scope_message(model: object, quota_bucket: object) -> bytes | None:
     """Bucket wins over model; the two live under different tags so names never collide."""
+    if quota_bucket is None and type(model) is str:  # the common call: a model, no bucket
+        return _MODEL_TAG + frame(model) if model else None
     bucket = optional_str(quota_bucket, "quota_bucket")
     model_name = optional_str(model, "model")
     if bucket:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from .arguments import require_keys, require_str, resolve_now
 from .backend import Sharing
 from .budget import DIGEST_SIZE
-from .digests import PreparedHmac, credential_message, frame
+from .digests import PreparedHmac, credential_message, credential_prefix
 from .schedule import DeadlineSchedule
 from .selection import count_by_prefix, explain_keys, gather
 
@@ -70,10 +70,9 @@ class Inspection:
         count is the larger of the shared and the local one: this process's own cooldowns are
         in both, under different ids, so adding them would count each twice.
         """
-        provider_frame = frame(require_str(provider, "provider"))
+        prefix = credential_prefix(provider)
         messages = [
-            credential_message(provider_frame, require_str(key, "each key"))
-            for key in require_keys(keys)
+            credential_message(prefix, require_str(key, "each key")) for key in require_keys(keys)
         ]
         current_time = resolve_now(now)
         counts = [0] * len(messages)

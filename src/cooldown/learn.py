@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .config import LearnMode
-from .digests import PreparedHmac, credential_message, frame
+from .digests import PreparedHmac, credential_message, credential_prefix
 from .forksafe import new_lock
 
 __all__ = ["LearnedWindow", "WindowLearner", "window_learner"]
@@ -110,7 +110,7 @@ class WindowLearner:
         return f"<WindowLearner estimates={len(self._estimates)}>"
 
     def _id(self, namespace: str, credential: str, scope: bytes) -> bytes:
-        return self._digest(credential_message(frame(namespace), credential) + scope)
+        return self._digest(credential_message(credential_prefix(namespace), credential) + scope)
 
     def _estimate(self, entry: bytes, now: float) -> _Estimate:
         """The estimate for `entry`, fresh if it expired; evicts the least recently used."""

@@ -9,7 +9,7 @@ from typing import TypeAlias, TypeVar
 from .admission import Admission, Load
 from .arguments import bounded_max_seconds, finite_number, require_keys, require_str, resolve_now
 from .backend import Sharing, shared_releases
-from .digests import PreparedHmac, credential_message, frame, scope_message
+from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
 
 __all__ = [
     "Lookup",
@@ -26,7 +26,7 @@ _NO_LOAD: Load = (0, True, math.inf, 0.0)  # configured order: every key weighs 
 
 Lookup: TypeAlias = tuple[
     int,  # ceiling: the call's maximum, bounded
-    bytes,  # the provider's frame
+    bytes,  # the provider's credential prefix
     Sequence[str],  # keys
     bytes | None,  # scope message
     Mapping[str, float],  # legacy rests
@@ -53,26 +53,29 @@ def gather(
 ) -> Lookup:
     """Check the arguments, then ask the shared backend (before any lock is taken)."""
     ceiling = bounded_max_seconds(max_seconds)
-    provider_frame = frame(require_str(provider, "provider"))
+    prefix = credential_prefix(provider)
     keys = require_keys(keys)
     scope = scope_message(model, quota_bucket)
-    if legacy_rest_until is not None and not isinstance(legacy_rest_until, Mapping):
+    if legacy_rest_until is None:
+        legacy = _NO_LEGACY_RESTS
+    elif type(legacy_rest_until) is dict or isinstance(legacy_rest_until, Mapping):
+        legacy = legacy_rest_until  # a dict first: the pools pass one, and an ABC check is slow
+    else:
         raise TypeError("legacy_rest_until must be a mapping of key to deadline")
-    legacy = _NO_LEGACY_RESTS if legacy_rest_until is None else legacy_rest_until
     given_now = None if now is None else resolve_now(now)
     shared: dict[str, tuple[float, float]] = {}
     shared_overflow = 0.0
     if sharing is not None and keys:
         shared, shared_overflow = shared_releases(
-            sharing, provider_frame, keys, scope, resolve_now(given_now), ceiling
+            sharing, prefix, keys, scope, resolve_now(given_now), ceiling
         )
-    return ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow
+    return ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow
 
 
 def scan(
     deadlines: Mapping[bytes, float],
     digest: PreparedHmac,
-    provider_frame: bytes,
+    prefix: bytes,
     keys: Sequence[str],
     scope: bytes | None,
     legacy: Mapping[str, float],
@@ -91,7 +94,7 @@ def scan(
         # A key returns only when its auth, scope and legacy rests have all expired.
         release = 0.0
         if deadlines:
-            credential = digest(credential_message(provider_frame, key))
+            credential = digest(credential_message(prefix, key))
             release = deadlines.get(credential, 0.0)
             if scope_digest is not None:
                 release = max(release, deadlines.get(credential + scope_digest, 0.0))
@@ -114,11 +117,11 @@ def explain_keys(
     overflow: float,
 ) -> list[tuple[Reason, float]]:
     """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free."""
-    _, provider_frame, keys, scope, legacy, _, shared, _ = lookup
+    _, prefix, keys, scope, legacy, _, shared, _ = lookup
     scope_digest = None if scope is None else digest(scope)
     explained: list[tuple[Reason, float]] = []
     for key in keys:
-        credential = digest(credential_message(provider_frame, require_str(key, "each key")))
+        credential = digest(credential_message(prefix, require_str(key, "each key")))
         shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
         scope_release = 0.0
         if scope_digest is not None:
@@ -152,14 +155,14 @@ def admissible(
     asked for; and the earliest moment another key is free (a release, a budget's reset, or
     one second for a probe in flight). In configured order, `stop_at_free_outside` ends the
     scan at the first free key not in it: a dispatch needs no more."""
-    _, provider_frame, keys, scope, legacy, _, _, _ = lookup
+    _, prefix, keys, scope, legacy, _, _, _ = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
     admission.expire(now)
     free: list[tuple[Load, int, str, bytes, bytes]] = []
     earliest = math.inf
     for position, key in enumerate(keys):
-        credential = digest(credential_message(provider_frame, require_str(key, "each key")))
+        credential = digest(credential_message(prefix, require_str(key, "each key")))
         entry = credential + scope_digest
         release = 0.0
         if deadlines:

@@ -19,7 +19,7 @@ from .arguments import (
 from .attempts import Attempts, ending_attempt
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
-from .digests import PreparedHmac, credential_message, frame, scope_message
+from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .forksafe import new_lock
 from .inspection import Inspection
@@ -52,8 +52,9 @@ def _entry_parts(
 
     A wide auth rejection cools the credential; a throttle or a success concerns its scope.
     """
-    provider_frame = frame(require_str(provider, "provider"))
-    require_str(credential, "credential")
+    prefix = credential_prefix(provider)
+    if type(credential) is not str:
+        require_str(credential, "credential")
     if not isinstance(outcome, UpstreamOutcome):
         raise TypeError("outcome must be an UpstreamOutcome")
     if not isinstance(credential_wide_auth, bool):
@@ -61,9 +62,9 @@ def _entry_parts(
     scope = scope_message(model, quota_bucket)
     health = outcome.credential_health
     if health == "rejected" and credential_wide_auth:
-        return (credential_message(provider_frame, credential),)
+        return (credential_message(prefix, credential),)
     if health in ("throttled", "accepted") and scope is not None:
-        return (credential_message(provider_frame, credential), scope)
+        return (credential_message(prefix, credential), scope)
     return ()
 
 
@@ -118,8 +119,9 @@ class ModelCooldown(Inspection, Attempts):
 
     def credential_id(self, provider: str, credential: str) -> str:
         """The stable, non-reversible id this store uses for a credential, as 64 hex chars."""
-        provider_frame = frame(require_str(provider, "provider"))
-        message = credential_message(provider_frame, require_str(credential, "credential"))
+        message = credential_message(
+            credential_prefix(provider), require_str(credential, "credential")
+        )
         return self._digest(message).hex()
 
     # -- recording ----------------------------------------------------------------------------
@@ -153,6 +155,7 @@ class ModelCooldown(Inspection, Attempts):
         started = None if sent_at is None else resolve_now(sent_at)
         health = outcome.credential_health
         cooling = delay(retry_after_seconds, fallback, ceiling)
+        written = len(parts)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
@@ -171,9 +174,10 @@ class ModelCooldown(Inspection, Attempts):
                 )
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
-                parts = parts[: len(entry) // DIGEST_SIZE]  # one part less when escalated
+                written = len(entry) // DIGEST_SIZE  # one part less when escalated
         sharing = self._shared
         if sharing is not None:
+            parts = parts[:written]
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
             sent = current_time if started is None else started
             ending = ending_attempt()
@@ -229,10 +233,10 @@ class ModelCooldown(Inspection, Attempts):
         lookup = gather(
             sharing, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
         )
-        ceiling, provider_frame, keys, scope, legacy, given_now, shared, shared_overflow = lookup
+        ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow = lookup
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
-            lookup = (ceiling, provider_frame, keys, scope, legacy, given_now, shared, 0.0)
+            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, 0.0)
         if claim is not None and scope is None:
             raise ValueError("admit needs a model or a quota bucket")
         spread = order == "spread" and scope is not None
@@ -252,23 +256,25 @@ class ModelCooldown(Inspection, Attempts):
                         claim.first_free_outside() if claim and not spread else None
                     ),
                 )
-                free = [key for key, _, _ in admitted]
+                free = [] if claim is not None else [key for key, _, _ in admitted]  # admit: unused
+                any_free = bool(admitted)
             else:
                 free, earliest = scan(
                     self._deadlines,
                     self._digest,
-                    provider_frame,
+                    prefix,
                     keys,
                     scope,
                     legacy,
                     current_time,
                     first_only=mode == "select",
                 )
-            if keys and not free and mode != "available":
+                any_free = bool(free)
+            if keys and not any_free and mode != "available":
                 self._exhausted_total += 1
                 raise ModelCooldownExhausted(retry_after(earliest, current_time, ceiling))
             overflow = max(self._schedule.overflow_until, shared_overflow)
-            if free and overflow > current_time:  # an empty result never raises this
+            if any_free and overflow > current_time:  # an empty result never raises this
                 self._capacity_rejections_total += 1
                 raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
             if claim is not None:

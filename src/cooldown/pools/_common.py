@@ -89,9 +89,10 @@ def scoped_settings(model: object, quota_bucket: object) -> CooldownSettings | N
     The scoped path needs the feature enabled and a non-empty model or bucket; anything
     else keeps the legacy provider-wide behaviour.
     """
-    for value, name in ((model, "model"), (quota_bucket, "quota_bucket")):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{name} must be a str or None")
+    if quota_bucket is not None or type(model) is not str:  # the common call checks nothing
+        for value, name in ((model, "model"), (quota_bucket, "quota_bucket")):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str or None")
     if not (model or quota_bucket):
         return None
     current = settings()
