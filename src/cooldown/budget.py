@@ -49,11 +49,11 @@ class ScopeBudget:
 
     def added(self, entry: bytes) -> None:
         if len(entry) > DIGEST_SIZE:
-            self._counts[(entry[0] << 6) | (entry[1] >> 2)] += 1  # _slot, inlined: per entry
+            self._counts[_slot(entry)] += 1
 
     def removed(self, entry: bytes) -> None:
         if len(entry) > DIGEST_SIZE:
-            self._counts[(entry[0] << 6) | (entry[1] >> 2)] -= 1
+            self._counts[_slot(entry)] -= 1
             if self._full:
                 self._full.pop(entry[:DIGEST_SIZE], None)
 

@@ -72,9 +72,8 @@ def credential_prefix(provider: object) -> bytes:
 
 def credential_message(prefix: bytes, credential: str) -> bytes:
     """What a credential id is the HMAC of, locally and in shared state alike; `prefix` is
-    the provider's `credential_prefix`. (`frame` inlined: this runs per key and call.)"""
-    data = credential.encode("utf-8", "surrogatepass")
-    return prefix + len(data).to_bytes(8, "big") + data
+    the provider's `credential_prefix`."""
+    return prefix + frame(credential)
 
 
 def optional_str(value: object, name: str) -> str | None:
