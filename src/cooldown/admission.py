@@ -73,16 +73,10 @@ class Admission:
 
     def released(self, entry: bytes) -> None:
         """A cooldown ended (its deadline passed): the next dispatch to it is a probe."""
-        released = self._released  # _bounded_set, inlined: once per expiry
-        released[entry] = None
-        if len(released) > MAX_TRACKED:
-            del released[next(iter(released))]
+        _bounded_set(self._released, entry, None)
 
     def throttled(self, entry: bytes, now: float) -> None:
-        throttled_at = self._throttled_at  # _bounded_set, inlined: once per throttle
-        throttled_at[entry] = now
-        if len(throttled_at) > RECENT_THROTTLES:
-            del throttled_at[next(iter(throttled_at))]
+        _bounded_set(self._throttled_at, entry, now, limit=RECENT_THROTTLES)
 
     def stale(self, entry: bytes, sent_at: float) -> bool:
         """Did this attempt start before the entry's cooldown was recorded?"""
@@ -141,10 +135,7 @@ class Admission:
             expiry[:] = [(deadline, token) for token, (_, deadline) in self._leases.items()]
             heapify(expiry)
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
-        last_dispatch = self._last_dispatch  # _bounded_set, inlined: once per attempt
-        last_dispatch[entry] = now
-        if len(last_dispatch) > MAX_TRACKED:
-            del last_dispatch[next(iter(last_dispatch))]
+        _bounded_set(self._last_dispatch, entry, now)
         if shared is None:
             probe = entry in self._released or credential in self._released
         else:
