@@ -225,6 +225,11 @@ def test_a_spread_prefers_the_budget_that_resets_soonest(keys: list[str]) -> Non
     assert CredentialPool.available(P, model=MODEL) == KEYS  # the default stays configured
 
 
+def test_a_budget_for_a_non_string_key_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="credential must be a str"):
+        model_cooldown.record_budget(P, 42, model=MODEL, remaining=9, reset_seconds=5.0)  # type: ignore[arg-type]
+
+
 def test_a_budget_from_the_headers_of_a_dispatched_answer(keys: list[str]) -> None:
     headers = {"x-ratelimit-remaining-requests": "9", "x-ratelimit-reset-requests": "50s"}
     CredentialPool.dispatch(P, lambda key: Reply(200, headers), model=MODEL)

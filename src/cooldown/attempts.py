@@ -22,7 +22,6 @@ from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 
 __all__ = ["Attempts", "ending_attempt"]
 
-_NOTHING: frozenset[str] = frozenset()
 _ending: ContextVar[SharedAttempt | None] = ContextVar("cooldown_ending", default=None)
 
 
@@ -62,8 +61,7 @@ class Attempts:
         lease = finite_number(lease_seconds, "lease_seconds")
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
         sharing = self._shared
-        excluded = _NOTHING if exclude == () else frozenset(exclude)
-        claim = Claim(excluded, lease, deferred=sharing is not None)
+        claim = Claim(frozenset(exclude), lease, deferred=sharing is not None)
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
         self._choose("eligible", *args, order=order, claim=claim, consult_shared=False)
         if sharing is None or not claim.candidates:

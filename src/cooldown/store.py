@@ -53,8 +53,7 @@ def _entry_parts(
     A wide auth rejection cools the credential; a throttle or a success concerns its scope.
     """
     prefix = credential_prefix(provider)
-    if type(credential) is not str:
-        require_str(credential, "credential")
+    require_str(credential, "credential")
     if not isinstance(outcome, UpstreamOutcome):
         raise TypeError("outcome must be an UpstreamOutcome")
     if not isinstance(credential_wide_auth, bool):
@@ -155,7 +154,6 @@ class ModelCooldown(Inspection, Attempts):
         started = None if sent_at is None else resolve_now(sent_at)
         health = outcome.credential_health
         cooling = delay(retry_after_seconds, fallback, ceiling)
-        written = len(parts)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
@@ -174,10 +172,9 @@ class ModelCooldown(Inspection, Attempts):
                 )
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
-                written = len(entry) // DIGEST_SIZE  # one part less when escalated
+                parts = parts[: len(entry) // DIGEST_SIZE]  # one part less when escalated
         sharing = self._shared
         if sharing is not None:
-            parts = parts[:written]
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
             sent = current_time if started is None else started
             ending = ending_attempt()
@@ -256,8 +253,7 @@ class ModelCooldown(Inspection, Attempts):
                         claim.first_free_outside() if claim and not spread else None
                     ),
                 )
-                free = [] if claim is not None else [key for key, _, _ in admitted]  # admit: unused
-                any_free = bool(admitted)
+                free = [key for key, _, _ in admitted]
             else:
                 free, earliest = scan(
                     self._deadlines,
@@ -269,12 +265,11 @@ class ModelCooldown(Inspection, Attempts):
                     current_time,
                     first_only=mode == "select",
                 )
-                any_free = bool(free)
-            if keys and not any_free and mode != "available":
+            if keys and not free and mode != "available":
                 self._exhausted_total += 1
                 raise ModelCooldownExhausted(retry_after(earliest, current_time, ceiling))
             overflow = max(self._schedule.overflow_until, shared_overflow)
-            if any_free and overflow > current_time:  # an empty result never raises this
+            if free and overflow > current_time:  # an empty result never raises this
                 self._capacity_rejections_total += 1
                 raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
             if claim is not None:
