@@ -10,6 +10,7 @@ import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ TOKEN = "multiprocess-token-" + "x" * 20
 APP = textwrap.dedent(
     """
     import os
-    from flask import Flask
+    import time
+    from flask import Flask, request
     from cooldown import CredentialPool, init_app, status_blueprint
 
     CredentialPool.register("mp", "MP_KEY")
@@ -32,6 +34,8 @@ APP = textwrap.dedent(
     @app.post("/bump/<int:number>")
     def bump(number: int) -> str:
         CredentialPool.record("mp", "sk-mp", 429, model=f"model-{number}")
+        if request.args.get("hold"):
+            time.sleep(0.5)  # keeps this sync worker busy: the next connection goes to the other
         return str(os.getpid())
     """
 )
@@ -89,15 +93,26 @@ def recorded(text: str) -> float:
     return 0.0
 
 
+def bump(url: str, number: int, *, hold: bool = False) -> str:
+    """Record one throttle in whichever worker takes the connection; that worker's pid."""
+    query = "?hold=1" if hold else ""
+    request = urllib.request.Request(f"{url}/bump/{number}{query}", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return str(answer.read().decode())
+
+
 def test_a_counter_incremented_in_both_workers_is_summed_in_one_scrape(gunicorn: str) -> None:
+    # Requests one at a time may all reach the same worker (the kernel need not spread them):
+    # one held request keeps a sync worker busy, so the request sent meanwhile reaches the other.
     per_worker: dict[str, int] = {}
-    for number in range(300):  # a new connection each time: the kernel spreads them
-        request = urllib.request.Request(f"{gunicorn}/bump/{number}", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            pid = answer.read().decode()
-        per_worker[pid] = per_worker.get(pid, 0) + 1
-        if len(per_worker) == 2 and number >= 20:
-            break
+    with ThreadPoolExecutor(max_workers=1) as background:
+        for number in range(0, 60, 2):
+            held = background.submit(bump, gunicorn, number, hold=True)
+            time.sleep(0.1)  # the held request has reached a worker
+            for pid in (bump(gunicorn, number + 1), held.result(timeout=10)):
+                per_worker[pid] = per_worker.get(pid, 0) + 1
+            if len(per_worker) == 2:
+                break
     assert len(per_worker) == 2, "every request reached one worker"
     total = sum(per_worker.values())
     deadline = time.monotonic() + 15  # each worker publishes once a second; none on a scrape
