@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import TypeAlias, TypeVar
+from typing import Literal, TypeAlias, TypeVar
 
-from .admission import Admission, Load
-from .arguments import bounded_max_seconds, finite_number, require_keys, require_str, resolve_now
+from .admission import ORDERS, Admission, Claim, Load, Order
+from .arguments import (
+    bounded_max_seconds,
+    finite_number,
+    require_keys,
+    require_str,
+    resolve_now,
+    retry_after,
+)
 from .backend import Sharing, shared_releases
 from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from .errors import ModelCooldownCapacity, ModelCooldownExhausted
+from .schedule import DeadlineSchedule
 
 __all__ = [
     "Lookup",
     "Reason",
+    "Selection",
     "admissible",
     "count_by_prefix",
     "explain_keys",
@@ -192,3 +204,137 @@ def count_by_prefix(
             position = wanted.get(entry[:size])
             if position is not None:
                 counts[position] += 1
+
+
+class Selection:
+    """`available`, `eligible` and `select`, and the one body they share with `admit`: the
+    free keys, or the 429 (every key cools) or the 503 (the table is full) instead.
+
+    Mixed into `ModelCooldown`, whose state it reads and counts under the store's lock.
+    """
+
+    _lock: threading.Lock
+    _digest: PreparedHmac
+    _deadlines: dict[bytes, float]
+    _schedule: DeadlineSchedule
+    _admission: Admission
+    _shared: Sharing | None
+    _exhausted_total: int
+    _capacity_rejections_total: int
+
+    def _choose(
+        self,
+        mode: Literal["available", "eligible", "select"],
+        provider: str,
+        keys: Sequence[str],
+        model: str | None,
+        quota_bucket: str | None,
+        max_seconds: int,
+        now: float | None,
+        legacy_rest_until: Mapping[str, float] | None,
+        order: Order = "configured",
+        claim: Claim | None = None,
+        consult_shared: bool = True,
+    ) -> list[str]:
+        """The shared body of `available`, `eligible`, `select` (which stops at one key) and
+        `admit` (which also counts the chosen key in flight, under the same lock)."""
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}")
+        sharing = self._shared if consult_shared else None
+        lookup = gather(
+            sharing, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
+        )
+        ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow = lookup
+        if shared:  # the backend answered for every key
+            legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
+            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, 0.0)
+        if claim is not None and scope is None:
+            raise ValueError("admit needs a model or a quota bucket")
+        spread = order == "spread" and scope is not None
+        with self._lock:  # read the clock under the lock: no one prunes past our `now`
+            current_time = time.monotonic() if given_now is None else given_now
+            self._schedule.advance(current_time, ceiling)
+            admitted: list[tuple[str, bytes, bytes]] = []
+            if spread or (claim is not None and scope is not None):
+                admitted, earliest = admissible(
+                    self._deadlines,
+                    self._digest,
+                    self._admission,
+                    lookup,
+                    current_time,
+                    spread=spread,
+                    stop_at_free_outside=(
+                        claim.first_free_outside() if claim and not spread else None
+                    ),
+                )
+                free = [key for key, _, _ in admitted]
+            else:
+                free, earliest = scan(
+                    self._deadlines,
+                    self._digest,
+                    prefix,
+                    keys,
+                    scope,
+                    legacy,
+                    current_time,
+                    first_only=mode == "select",
+                )
+            if keys and not free and mode != "available":
+                self._exhausted_total += 1
+                raise ModelCooldownExhausted(retry_after(earliest, current_time, ceiling))
+            overflow = max(self._schedule.overflow_until, shared_overflow)
+            if free and overflow > current_time:  # an empty result never raises this
+                self._capacity_rejections_total += 1
+                raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
+            if claim is not None:
+                claim.take(admitted, self._admission, current_time, earliest, ceiling)
+            return free
+
+    def available(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
+    ) -> list[str]:
+        """The keys not cooling for this scope, in the given order (or spread, §15)."""
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        return self._choose("available", *args, order=order)
+
+    def eligible(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
+    ) -> list[str]:
+        """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        return self._choose("eligible", *args, order=order)
+
+    def select(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
+    ) -> str | None:
+        """The first key not cooling; `None` without keys; a 429 when every key cools."""
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        free = self._choose("select", *args, order=order)
+        return free[0] if free else None

@@ -48,31 +48,19 @@ def _finite(value: Any) -> float:
     return number
 
 
-class RedisObservations:
-    """The shared half of a store; every method answers `None` instead of raising.
+class ScriptCalls:
+    """Lua scripts run on Redis, one round trip each, answering `None` instead of raising.
 
-    `None` means "Redis did not answer": the caller keeps its local answer. After a failure
-    Redis is left alone for a backoff (1 s, doubling to 30 s) measured on the caller's clock.
-    The client connects on first use, outside every lock.
+    After a failure Redis is left alone for a backoff (1 s, doubling to 30 s) measured on the
+    caller's clock. The client connects on first use, outside every lock. Deadlines travel as
+    wall-clock milliseconds, converted with one offset fixed per process.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        prefix: str = "model-cooldown",
-        max_entries: int = 10000,
-        socket_timeout: float = SOCKET_TIMEOUT_SECONDS,
-    ) -> None:
+    def __init__(self, url: str, *, socket_timeout: float = SOCKET_TIMEOUT_SECONDS) -> None:
         self._endpoint = parse_redis_url(url)  # ValueError for a URL it cannot honour
         self._timeout = socket_timeout
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
-        self._keys = [f"{{{prefix}}}:{name}" for name in shared_scripts.KEY_NAMES]
-        self._leases = itertools.count(1)
-        self._unreleased: deque[str] = deque(maxlen=UNRELEASED)
-        self._nonce = secrets.token_hex(4)  # with the pid: leases never collide
-        self._max_entries = max_entries
         # Wall clock = monotonic + offset, fixed per process, so `now=` works in tests too.
         self._offset = time.time() - time.monotonic()
         self._lock = new_lock(self)
@@ -82,9 +70,6 @@ class RedisObservations:
         self._backoff = FIRST_BACKOFF_SECONDS
         self._outage = 0  # grows at each outage and each failed retry
         self._high_water = -math.inf  # the latest `now` a call passed
-
-    def __repr__(self) -> str:
-        return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
 
     def close(self) -> None:
         if self._client is not None:
@@ -181,7 +166,38 @@ class RedisObservations:
                 logger.warning("Shared cooldown state is reachable again")
                 self._degraded = False
 
-    # -- observations -------------------------------------------------------------------------
+    def stats(self) -> dict[str, int | bool]:
+        with self._lock:
+            return {
+                "shared": True,
+                "shared_errors_total": self._errors_total,
+                "shared_degraded": self._degraded,
+            }
+
+
+class RedisObservations(ScriptCalls):
+    """The shared half of a store; every method answers `None` instead of raising.
+
+    `None` means "Redis did not answer": the caller keeps its local answer.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "model-cooldown",
+        max_entries: int = 10000,
+        socket_timeout: float = SOCKET_TIMEOUT_SECONDS,
+    ) -> None:
+        super().__init__(url, socket_timeout=socket_timeout)
+        self._keys = [f"{{{prefix}}}:{name}" for name in shared_scripts.KEY_NAMES]
+        self._leases = itertools.count(1)
+        self._unreleased: deque[str] = deque(maxlen=UNRELEASED)
+        self._nonce = secrets.token_hex(4)  # with the pid: leases never collide
+        self._max_entries = max_entries
+
+    def __repr__(self) -> str:
+        return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
 
     def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None:
         args = [*self._window(now, max_seconds), entry, self._to_wall_ms(deadline)]
@@ -320,14 +336,6 @@ class RedisObservations:
             )
 
         return self._call_with(now, fetch, read)
-
-    def stats(self) -> dict[str, int | bool]:
-        with self._lock:
-            return {
-                "shared": True,
-                "shared_errors_total": self._errors_total,
-                "shared_degraded": self._degraded,
-            }
 
 
 _Wanted = tuple[str, str, str, int]  # url, secret, prefix, timeout in milliseconds

@@ -1,31 +1,29 @@
-"""The policy over the deadline table: what a record stores, what a selection may use."""
+"""The policy over the deadline table: what a record stores; selection, attempts and
+inspection are mixed in from their own rooms."""
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping, Sequence
-from typing import Literal, NoReturn
+from typing import NoReturn
 
-from .admission import ORDERS, Admission, Attempt, Claim, Order
+from .admission import ORDERS, Admission, Attempt, Order
 from .arguments import (
     bounded_max_seconds,
     delay,
     finite_number,
     require_str,
     resolve_now,
-    retry_after,
 )
 from .attempts import Attempts, ending_attempt
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
 from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
-from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .forksafe import new_lock
 from .inspection import Inspection
 from .outcome import UpstreamOutcome
 from .schedule import DeadlineSchedule
-from .selection import admissible, gather, scan
+from .selection import Selection
 
 __all__ = [
     "MAX_ENTRIES",
@@ -67,7 +65,7 @@ def _entry_parts(
     return ()
 
 
-class ModelCooldown(Inspection, Attempts):
+class ModelCooldown(Selection, Inspection, Attempts):
     """Cooldown deadlines per (credential, model or bucket), bounded and safe to share.
 
     Keys, models and bucket names are reduced to HMAC digests under a salt that never
@@ -205,125 +203,6 @@ class ModelCooldown(Inspection, Attempts):
             if not schedule.full():
                 self._budget.added(entry)
         return entry, schedule.put(entry, deadline)
-
-    # -- selection ----------------------------------------------------------------------------
-
-    def _choose(
-        self,
-        mode: Literal["available", "eligible", "select"],
-        provider: str,
-        keys: Sequence[str],
-        model: str | None,
-        quota_bucket: str | None,
-        max_seconds: int,
-        now: float | None,
-        legacy_rest_until: Mapping[str, float] | None,
-        order: Order = "configured",
-        claim: Claim | None = None,
-        consult_shared: bool = True,
-    ) -> list[str]:
-        """The shared body of `available`, `eligible`, `select` (which stops at one key) and
-        `admit` (which also counts the chosen key in flight, under the same lock)."""
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}")
-        sharing = self._shared if consult_shared else None
-        lookup = gather(
-            sharing, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
-        )
-        ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow = lookup
-        if shared:  # the backend answered for every key
-            legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
-            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, 0.0)
-        if claim is not None and scope is None:
-            raise ValueError("admit needs a model or a quota bucket")
-        spread = order == "spread" and scope is not None
-        with self._lock:  # read the clock under the lock: no one prunes past our `now`
-            current_time = time.monotonic() if given_now is None else given_now
-            self._schedule.advance(current_time, ceiling)
-            admitted: list[tuple[str, bytes, bytes]] = []
-            if spread or (claim is not None and scope is not None):
-                admitted, earliest = admissible(
-                    self._deadlines,
-                    self._digest,
-                    self._admission,
-                    lookup,
-                    current_time,
-                    spread=spread,
-                    stop_at_free_outside=(
-                        claim.first_free_outside() if claim and not spread else None
-                    ),
-                )
-                free = [key for key, _, _ in admitted]
-            else:
-                free, earliest = scan(
-                    self._deadlines,
-                    self._digest,
-                    prefix,
-                    keys,
-                    scope,
-                    legacy,
-                    current_time,
-                    first_only=mode == "select",
-                )
-            if keys and not free and mode != "available":
-                self._exhausted_total += 1
-                raise ModelCooldownExhausted(retry_after(earliest, current_time, ceiling))
-            overflow = max(self._schedule.overflow_until, shared_overflow)
-            if free and overflow > current_time:  # an empty result never raises this
-                self._capacity_rejections_total += 1
-                raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
-            if claim is not None:
-                claim.take(admitted, self._admission, current_time, earliest, ceiling)
-            return free
-
-    def available(
-        self,
-        provider: str,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "configured",
-    ) -> list[str]:
-        """The keys not cooling for this scope, in the given order (or spread, §15)."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        return self._choose("available", *args, order=order)
-
-    def eligible(
-        self,
-        provider: str,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "configured",
-    ) -> list[str]:
-        """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        return self._choose("eligible", *args, order=order)
-
-    def select(
-        self,
-        provider: str,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "configured",
-    ) -> str | None:
-        """The first key not cooling; `None` without keys; a 429 when every key cools."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        free = self._choose("select", *args, order=order)
-        return free[0] if free else None
 
     # -- sharing ------------------------------------------------------------------------------
 

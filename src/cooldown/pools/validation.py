@@ -74,11 +74,9 @@ def _probe_status(probe: Callable[[str], int], key: str) -> int | None:
     return status
 
 
-class ValidatedKeyPool:
-    """The validated active key and its probes; each subclass gets its own state and lock.
-
-    Recording and probe-free selection live in `cooldown.pools.nanogpt`.
-    """
+class ActiveKeyState:
+    """The validated active key and the legacy rejections; each pool class that names a
+    namespace gets its own state and locks."""
 
     namespace: ClassVar[str]
     active_key: ClassVar[str | None]
@@ -194,7 +192,12 @@ class ValidatedKeyPool:
                 if cls.active_key == key:
                     cls._clear_active()
 
-    # -- selection ----------------------------------------------------------------------------
+
+class ValidatedKeyPool(ActiveKeyState):
+    """Selection that validates: the active key while it is trusted, else probes in order.
+
+    Recording and probe-free selection live in `cooldown.pools.nanogpt`.
+    """
 
     @classmethod
     def _reusable(
