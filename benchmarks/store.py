@@ -9,9 +9,10 @@ import gc
 import hmac
 import os
 import statistics
+import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from flask import Flask
 
@@ -23,6 +24,9 @@ from cooldown import (
     init_app,
     model_cooldown,
 )
+from cooldown.config import settings
+from cooldown.digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from cooldown.schedule import DeadlineSchedule
 
 THROTTLED = classify_upstream_outcome(429)
 FILLS = (10, 1000, 10000)
@@ -101,6 +105,69 @@ def digest_floor() -> Callable[[], None]:
     return run
 
 
+class MinimalStore:
+    """The least a select + record can do with the store's digests and deadline table: no
+    argument checks, scope budget, in-flight bookkeeping or capacity guard. A yardstick that
+    moves with the host, against which the targets can be read; not a design."""
+
+    def __init__(self) -> None:
+        self._digest = PreparedHmac(os.urandom(32))
+        self._lock = threading.Lock()
+        self._schedule = DeadlineSchedule(MAX_ENTRIES, forget=lambda entry: None)
+
+    def select(self, provider: str, keys: Sequence[str], model: str, now: float) -> str | None:
+        prefix, scope = credential_prefix(provider), scope_message(model, None)
+        assert scope is not None
+        with self._lock:
+            self._schedule.advance(now, MAX_SECONDS)
+            deadlines = self._schedule.deadlines
+            if not deadlines:  # as the store does: an empty table needs no digest
+                return keys[0] if keys else None
+            scope_digest = self._digest(scope)
+            for key in keys:
+                credential = self._digest(credential_message(prefix, key))
+                scoped = deadlines.get(credential + scope_digest, 0.0)
+                if max(deadlines.get(credential, 0.0), scoped) <= now:
+                    return key
+        return None
+
+    def record(
+        self, provider: str, key: str, model: str, now: float, seconds: float | None
+    ) -> None:
+        """A throttle for `seconds`, or with `None` a success that clears the scope."""
+        credential = credential_message(credential_prefix(provider), key)
+        scope = scope_message(model, None)
+        assert scope is not None
+        with self._lock:
+            self._schedule.advance(now, MAX_SECONDS)
+            if seconds is not None or self._schedule.deadlines:
+                entry = self._digest(credential) + self._digest(scope)
+                if seconds is None:
+                    self._schedule.discard(entry)
+                else:
+                    self._schedule.put(entry, now + seconds)
+
+    def fill(self, live_entries: int, now: float) -> None:
+        for index in range(live_entries):
+            self.record("filler", f"key-{index}", "m", now, 20000 + index / 1000)
+
+
+def minimal_pair_loop() -> Callable[[], None]:
+    """`pair_loop`'s churn through `MinimalStore`, at 10000 live entries."""
+    store, clock = MinimalStore(), [1.0]
+    store.fill(FILLS[-1], 0.0)
+
+    def run() -> None:
+        for _ in range(PAIRS):
+            now = clock[0]
+            key = store.select("bench", KEYS, "gpt-bench", now)
+            assert key is not None
+            store.record("bench", key, "gpt-bench", now, 1.0)
+            clock[0] = now + 0.5
+
+    return run
+
+
 def memory_at(live_entries: int) -> int:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -140,6 +207,21 @@ def flask_request_times() -> dict[str, float]:
     def with_pool(model: str) -> str:
         key = CredentialPool.select("bench-pool", model=model)
         CredentialPool.record("bench-pool", key, 200, model=model)  # a successful request
+        return "ok"
+
+    minimal = MinimalStore()
+
+    @app.post("/minimal/<model>")
+    def with_minimal_store(model: str) -> str:
+        """What the pool's route could cost at the least: the same settings read and key
+        discovery per call, the same digests and table, nothing else."""
+        settings()
+        key = minimal.select(
+            "bench-pool", CredentialPool.keys("bench-pool"), model, time.monotonic()
+        )
+        assert key is not None
+        settings()
+        minimal.record("bench-pool", key, model, time.monotonic(), None)
         return "ok"
 
     @app.post("/no-pool/<model>")
@@ -186,11 +268,13 @@ def flask_request_times() -> dict[str, float]:
     )
     # A busy gateway: 10000 live observations, so every call computes its digests.
     fill(model_cooldown, MAX_ENTRIES, now=time.monotonic())
+    minimal.fill(MAX_ENTRIES, time.monotonic())
     busy = interleaved(
         {
             "none": ("/no-pool/gpt-bench", "false"),
             "legacy": (pool, "false"),
             "scoped": (pool, "true"),
+            "minimal": ("/minimal/gpt-bench", "true"),
         }
     )
     os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
@@ -212,8 +296,9 @@ def main() -> None:
         store = ModelCooldown()
         fill(store, live)
         runs = {"pair": pair_loop(store)}
-        if live == FILLS[-1]:
-            runs["floor"] = digest_floor()  # interleaved with the pair it is compared with
+        if live == FILLS[-1]:  # interleaved with the pair they are compared with
+            runs["floor"] = digest_floor()
+            runs["minimal"] = minimal_pair_loop()
         timed = fastest_interleaved(runs, PAIRS)
         timings[live] = timed["pair"]
         assert live - 2 <= store.entry_count <= live  # every filler outlived the churn
@@ -223,6 +308,10 @@ def main() -> None:
     print(f"growth 10000/10: {growth:.2f} (target <= 1.3)")
     print(f"floor, five one-shot hmac digests: {floor:6.2f} us")
     print(f"pair / floor at 10000: {timings[FILLS[-1]] / floor:.2f} (target <= 1.5)")
+    print(
+        "the same churn through a minimal store (same digests and table; no checks, budget "
+        f"or bookkeeping): {timed['minimal']:6.2f} us, {timed['minimal'] / floor:.2f}x the floor"
+    )
     pool_pair = fastest_microseconds(pool_loop(), PAIRS)
     print(f"select+record through CredentialPool (scoped): {pool_pair:6.2f} us")
     times = flask_request_times()
@@ -245,6 +334,8 @@ def main() -> None:
     ):
         pool_share = (scoped - none) / scoped  # against the same phase's route without the pool
         print(f"all pool work (key discovery included), {label}: {pool_share:.1%} (target <= 12%)")
+    minimal_share = (times["busy minimal"] - times["busy none"]) / times["busy minimal"]
+    print(f"the same route with the minimal store, 10000 live: {minimal_share:.1%} of its request")
     print(
         "select+record timed inside the view, 10000 live, median of 2000 requests: "
         f"the request's first pair {times['busy first pair in the view']:5.1f} us, "
