@@ -22,6 +22,7 @@ from cooldown import (
     recording_context,
     selection_scope,
 )
+from cooldown.admission import MAX_TRACKED
 from cooldown.store import ORDERS, Order
 
 RUNS = 2000
@@ -125,6 +126,39 @@ def attempt_bookkeeping() -> None:
     model_cooldown.reset()
 
 
+def bookkeeping_at_its_bounds() -> None:
+    """An attempt once the bookkeeping maps are full (SPEC §15: they are bounded, the oldest
+    dropped first): admit + finish cycling over more distinct key-model entries than the maps
+    keep, against the same loop over few enough that nothing is dropped. A run is twice the
+    maps' bound, so it spans the dict's own resizes rather than the quiet spell after one."""
+    model_cooldown.reset()
+    per_run = 2 * MAX_TRACKED
+
+    def cycling(entries: int) -> Callable[[], None]:
+        pairs = [(f"sk-bench-{index}", f"model-{index % 100}") for index in range(entries)]
+        position = [0]
+
+        def run() -> None:
+            for _ in range(per_run):
+                key, model = pairs[position[0] % entries]
+                position[0] += 1
+                taken = model_cooldown.admit(PROVIDER, [key], model=model, order="configured")
+                assert taken is not None
+                model_cooldown.finish(taken[1], served=True)
+
+        return run
+
+    timed = fastest_interleaved(
+        {"within": cycling(MAX_TRACKED // 10), "beyond": cycling(3 * MAX_TRACKED)}, per_run
+    )
+    print(
+        f"admit + finish over {MAX_TRACKED // 10} distinct entries {timed['within']:5.2f} us; "
+        f"over {3 * MAX_TRACKED}, the maps full and dropping their oldest, "
+        f"{timed['beyond']:5.2f} us"
+    )
+    model_cooldown.reset()
+
+
 def main() -> None:
     configure(keys=2)
     reply = Reply()
@@ -144,6 +178,7 @@ def main() -> None:
     print(f"select+send+record by hand: {hand:6.2f} us; dispatch: {dispatched:6.2f} us")
     print(f"dispatch adds {dispatched - hand:5.2f} us (target <= 2 us)")
     attempt_bookkeeping()
+    bookkeeping_at_its_bounds()
 
     plain_context = us(lambda: recording_context(200, {}))
     full_context = us(lambda: recording_context(200, OPENAI_HEADERS))

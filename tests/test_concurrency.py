@@ -9,14 +9,21 @@ from typing import Any
 
 import pytest
 
-from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
-from cooldown.admission import Admission
+from cooldown import (
+    CredentialPool,
+    ModelCooldown,
+    ModelCooldownExhausted,
+    classify_upstream_outcome,
+    model_cooldown,
+)
+from cooldown.admission import MAX_TRACKED, RECENT_THROTTLES, Admission
 
 P = "ce-gpt-pro"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL"
 KEYS = ["sk-conc-one", "sk-conc-two", "sk-conc-three"]
 MODEL = "gpt-conc"
 WAIT = 5.0  # seconds any event is waited for at most
+THROTTLED, ACCEPTED = classify_upstream_outcome(429), classify_upstream_outcome(200)
 
 
 class Reply:
@@ -260,6 +267,29 @@ def test_record_takes_sent_at(keys: list[str]) -> None:
     assert CredentialPool.available(P, model=MODEL, now=102.0) == KEYS[1:]
     CredentialPool.record(P, KEYS[0], 200, model=MODEL, now=103.0, sent_at=102.0)
     assert CredentialPool.available(P, model=MODEL, now=104.0) == KEYS
+
+
+def test_the_bookkeeping_stays_bounded_and_keeps_the_newest() -> None:
+    """Past its bound a map drops its oldest entries (SPEC §15: everything is bounded), and
+    what the newest attempts and throttles left still counts."""
+    store = ModelCooldown()
+    throttled = [f"sk-bound-{index}" for index in range(RECENT_THROTTLES + 100)]
+    for key in throttled:
+        store.record(P, key, THROTTLED, model=MODEL, retry_after_seconds=60, now=100.0)
+    store.record(P, throttled[-1], ACCEPTED, model=MODEL, now=101.0, sent_at=99.0)
+    assert store.available(P, throttled[-1:], model=MODEL, now=102.0) == []  # stale: ignored
+    dispatched = [f"sk-sent-{index}" for index in range(MAX_TRACKED + 100)]
+    for key in dispatched:
+        taken = store.admit(P, [key], model=MODEL, now=200.0)
+        assert taken is not None
+        store.finish(taken[1], served=True)
+    admission = store._admission
+    assert len(admission._throttled_at) <= RECENT_THROTTLES
+    assert len(admission._last_dispatch) <= MAX_TRACKED
+    # All were sent at 200: the newest is remembered, the oldest forgotten, so it goes first.
+    taken = store.admit(P, [dispatched[-1], dispatched[0]], model=MODEL, now=201.0)
+    assert taken is not None
+    assert taken[0] == dispatched[0]
 
 
 def test_affinity_keeps_its_order_but_skips_a_held_key(keys: list[str], upstream: Upstream) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
+from itertools import islice
 from typing import Literal, NamedTuple, TypeVar
 
 from .backend import SharedAttempt
@@ -225,8 +226,11 @@ class Claim:
 def _bounded_set(
     table: dict[bytes, _Value], entry: bytes, value: _Value, *, limit: int = MAX_TRACKED
 ) -> None:
-    """Set; beyond `limit` entries drop the oldest inserted (an approximation of LRU that
-    costs one dict write on the hot path)."""
+    """Set; beyond `limit` entries drop the oldest inserted sixteenth (an approximation of LRU
+    that costs one dict write on the hot path). A dict leaves a hole where it deleted, and
+    finding its oldest entry walks the holes at its front: dropping one entry per write would
+    walk up to `limit` of them on every write, a batch walks them once."""
     table[entry] = value
     if len(table) > limit:
-        del table[next(iter(table))]
+        for oldest in list(islice(table, len(table) - limit + limit // 16)):
+            del table[oldest]
