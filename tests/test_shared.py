@@ -170,6 +170,21 @@ def test_global_cap_without_eviction_and_503_everywhere(
         assert worker("store_select", keys=["fresh"], model="m", now=T + 31) == {"value": "fresh"}
 
 
+def test_an_escalated_throttle_is_shared_as_the_credential_wide_cooldown(
+    redis_url: str, prefix: str
+) -> None:
+    """Over its scope budget a key cools everywhere (SPEC §4), in every process too."""
+    store = ModelCooldown(scopes_per_credential=1)
+    peer = ModelCooldown()
+    for each in (store, peer):
+        each.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
+    store.record("p", K1, THROTTLED, model="a", retry_after_seconds=30, now=T)
+    store.record("p", K1, THROTTLED, model="b", retry_after_seconds=30, now=T)
+    assert store.stats()["escalated_total"] == 1
+    assert peer.select("p", [K1, K2], model="c", now=T + 1) == K2
+    assert peer.explain("p", [K1], model="c", now=T + 1)[0][0] == "credential"
+
+
 def test_different_secrets_give_different_ids(
     workers: Callable[..., list[Worker]], redis_url: str, prefix: str
 ) -> None:

@@ -19,6 +19,7 @@ from .arguments import finite_number, require_str, resolve_now, retry_after
 from .backend import SharedAttempt, Sharing
 from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from .errors import ModelCooldownCapacity, ModelCooldownExhausted
+from .selection import gather
 
 __all__ = ["Attempts", "ending_attempt"]
 
@@ -59,11 +60,11 @@ class Attempts:
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
         (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
         lease = finite_number(lease_seconds, "lease_seconds")
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
         sharing = self._shared
         claim = Claim(frozenset(exclude), lease, deferred=sharing is not None)
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
-        self._choose("eligible", *args, order=order, claim=claim, consult_shared=False)
+        self._choose("eligible", gather(None, *args), order, claim)
         if sharing is None or not claim.candidates:
             return claim.taken
         scope = scope_message(model, quota_bucket)
@@ -73,7 +74,7 @@ class Attempts:
         )
         if not answered:  # Redis did not answer: this process's bookkeeping decides
             local = Claim(claim.exclude, lease)
-            self._choose("eligible", *args, order=order, claim=local)
+            self._choose("eligible", gather(sharing, *args), order, local)
             return local.taken
         return taken
 

@@ -62,8 +62,11 @@ def gather(
     max_seconds: int,
     now: float | None,
     legacy_rest_until: Mapping[str, float] | None,
+    order: Order = "configured",
 ) -> Lookup:
     """Check the arguments, then ask the shared backend (before any lock is taken)."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}")
     ceiling = bounded_max_seconds(max_seconds)
     prefix = credential_prefix(provider)
     keys = require_keys(keys)
@@ -225,25 +228,13 @@ class Selection:
     def _choose(
         self,
         mode: Literal["available", "eligible", "select"],
-        provider: str,
-        keys: Sequence[str],
-        model: str | None,
-        quota_bucket: str | None,
-        max_seconds: int,
-        now: float | None,
-        legacy_rest_until: Mapping[str, float] | None,
-        order: Order = "configured",
+        lookup: Lookup,
+        order: Order,
         claim: Claim | None = None,
-        consult_shared: bool = True,
     ) -> list[str]:
         """The shared body of `available`, `eligible`, `select` (which stops at one key) and
-        `admit` (which also counts the chosen key in flight, under the same lock)."""
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}")
-        sharing = self._shared if consult_shared else None
-        lookup = gather(
-            sharing, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
-        )
+        `admit` (which also counts the chosen key in flight, under the same lock), over the
+        checked arguments `gather` returned."""
         ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow = lookup
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
@@ -255,7 +246,7 @@ class Selection:
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
             admitted: list[tuple[str, bytes, bytes]] = []
-            if spread or (claim is not None and scope is not None):
+            if spread or claim is not None:
                 admitted, earliest = admissible(
                     self._deadlines,
                     self._digest,
@@ -303,8 +294,8 @@ class Selection:
         order: Order = "configured",
     ) -> list[str]:
         """The keys not cooling for this scope, in the given order (or spread, §15)."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        return self._choose("available", *args, order=order)
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
+        return self._choose("available", gather(self._shared, *args), order)
 
     def eligible(
         self,
@@ -319,8 +310,8 @@ class Selection:
         order: Order = "configured",
     ) -> list[str]:
         """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        return self._choose("eligible", *args, order=order)
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
+        return self._choose("eligible", gather(self._shared, *args), order)
 
     def select(
         self,
@@ -335,6 +326,6 @@ class Selection:
         order: Order = "configured",
     ) -> str | None:
         """The first key not cooling; `None` without keys; a 429 when every key cools."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        free = self._choose("select", *args, order=order)
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
+        free = self._choose("select", gather(self._shared, *args), order)
         return free[0] if free else None

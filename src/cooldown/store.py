@@ -170,7 +170,8 @@ class ModelCooldown(Selection, Inspection, Attempts):
                 )
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
-                parts = parts[: len(entry) // DIGEST_SIZE]  # one part less when escalated
+                else:
+                    parts = parts[:1]  # escalated: shared as the credential-wide entry too
         sharing = self._shared
         if sharing is not None:
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
@@ -200,7 +201,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
             if not self._budget.admits(entry, self._deadlines):
                 self._escalated_total += 1
                 return self._store(entry[:DIGEST_SIZE], deadline)
-            if not schedule.full():
+            if len(self._deadlines) < schedule.capacity:  # else put refuses it
                 self._budget.added(entry)
         return entry, schedule.put(entry, deadline)
 
