@@ -114,6 +114,9 @@ class DeadlineSchedule:
         for entry, deadline in self.deadlines.items():
             self._schedule(entry, deadline)
 
+    def full(self) -> bool:
+        return len(self.deadlines) >= self.capacity
+
     def put(self, entry: bytes, deadline: float) -> float:
         """Keep the later deadline; when full, add nothing and raise the guard instead.
 

@@ -201,7 +201,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
             if not self._budget.admits(entry, self._deadlines):
                 self._escalated_total += 1
                 return self._store(entry[:DIGEST_SIZE], deadline)
-            if len(self._deadlines) < schedule.capacity:  # else put refuses it
+            if not schedule.full():
                 self._budget.added(entry)
         return entry, schedule.put(entry, deadline)
 
