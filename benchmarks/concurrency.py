@@ -42,7 +42,7 @@ from flask import Flask, Response, request
 from werkzeug.serving import make_server
 
 from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
-from cooldown.learn import window_learner
+from cooldown.evidence.learn import window_learner
 
 REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 WORKERS, THREADS = 4, 8

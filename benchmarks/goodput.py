@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
-from cooldown.learn import window_learner
+from cooldown.evidence.learn import window_learner
 
 PROVIDER = "goodput-sim"
 KEYS_ENV = "GOODPUT_SIM_KEY"

@@ -30,7 +30,7 @@ from cooldown import (
     config,
     model_cooldown,
 )
-from cooldown.learn import window_learner
+from cooldown.evidence.learn import window_learner
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from cooldown import (
     model_cooldown,
 )
 from cooldown.digests import scope_message
-from cooldown.learn import window_learner
+from cooldown.evidence.learn import window_learner
 from cooldown.shared import RedisObservations
 
 

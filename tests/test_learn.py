@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cooldown import CredentialPool, ModelCooldownExhausted
 from cooldown.digests import scope_message
-from cooldown.learn import UNUSED_EXPIRY_SECONDS, WindowLearner, window_learner
+from cooldown.evidence.learn import UNUSED_EXPIRY_SECONDS, WindowLearner, window_learner
 
 P = "ce-gpt-plus"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"

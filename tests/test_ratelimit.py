@@ -17,7 +17,7 @@ from cooldown import (
     rate_limit_advice,
     recording_context,
 )
-from cooldown.ratelimit import go_duration_seconds, rfc3339_timestamp
+from cooldown.evidence.ratelimit import go_duration_seconds, rfc3339_timestamp
 
 RECEIVED = 1_800_000_000.0  # wall clock
 ON = {"MODEL_COOLDOWN_ENABLED": "true"}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .advice import (
+from .config import FORWARDED_ENV, CooldownSettings, settings
+from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
+from .evidence.advice import (
     RecordingContext,
     SelectionScope,
     recording_context,
@@ -10,9 +12,8 @@ from .advice import (
     selection_scope,
     upstream_model,
 )
-from .config import FORWARDED_ENV, CooldownSettings, settings
-from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
-from .outcome import UpstreamOutcome, classify_upstream_outcome
+from .evidence.outcome import UpstreamOutcome, classify_upstream_outcome
+from .evidence.ratelimit import rate_limit_advice
 from .pools import (
     CredentialPool,
     NanoGPTKeyPool,
@@ -21,7 +22,6 @@ from .pools import (
     configured_nanogpt_keys,
     is_nanogpt_credential_rejection,
 )
-from .ratelimit import rate_limit_advice
 from .store import MAX_ENTRIES, ModelCooldown, model_cooldown
 from .web import (
     api_error_response,

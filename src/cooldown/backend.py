@@ -8,7 +8,7 @@ from typing import Literal, NamedTuple, Protocol
 
 from .arguments import require_str
 from .digests import PreparedHmac, credential_message
-from .learn import LearnedWindow
+from .evidence.learn import LearnedWindow
 
 __all__ = ["SharedAttempt", "SharedObservations", "SharedStart", "Sharing", "shared_releases"]
 

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 from . import shared_scripts
 from .backend import SharedAttempt, SharedStart
 from .config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
+from .evidence.learn import LearnedWindow
 from .forksafe import new_lock
-from .learn import LearnedWindow
 from .redisclient import connect
 from .redisurl import parse_redis_url
 from .store import ModelCooldown

@@ -19,9 +19,9 @@ from .attempts import Attempts, ending_attempt
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
 from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from .evidence.outcome import UpstreamOutcome
 from .forksafe import new_lock
 from .inspection import Inspection
-from .outcome import UpstreamOutcome
 from .schedule import DeadlineSchedule
 from .selection import Selection
 

@@ -11,8 +11,8 @@ from typing import NamedTuple
 from ..arguments import resolve_now, usable_advice
 from ..config import CooldownSettings, bounded_int, environment_value, settings, warn_once
 from ..digests import frame, scope_message
-from ..learn import window_learner
-from ..outcome import UpstreamOutcome, classify_status
+from ..evidence.learn import window_learner
+from ..evidence.outcome import UpstreamOutcome, classify_status
 from ..shared import share_when_configured
 from ..store import model_cooldown
 

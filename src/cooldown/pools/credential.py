@@ -6,12 +6,12 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import ClassVar, TypeVar
 
-from ..advice import QuotaBuckets
 from ..arguments import resolve_now
 from ..config import CooldownSettings
+from ..evidence.advice import QuotaBuckets
+from ..evidence.headers import header_value
+from ..evidence.outcome import UpstreamOutcome
 from ..forksafe import new_lock
-from ..headers import header_value
-from ..outcome import UpstreamOutcome
 from ..status import PoolStatus, keys_status
 from ..store import Order
 from ._common import (

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
 from ..arguments import resolve_now
 from ..config import CooldownSettings
 from ..digests import scope_message
-from ..headers import Headers, lowered_headers
-from ..learn import window_learner
-from ..ratelimit import request_budget
+from ..evidence.advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
+from ..evidence.headers import Headers, lowered_headers
+from ..evidence.learn import window_learner
+from ..evidence.ratelimit import request_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
 from .rotation import Steps, rotation

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..arguments import resolve_now
-from ..outcome import UpstreamOutcome
+from ..evidence.outcome import UpstreamOutcome
 from ..status import PoolStatus, keys_status
 from ..store import model_cooldown
 from ._common import (

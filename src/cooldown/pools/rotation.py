@@ -13,10 +13,10 @@ import inspect
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol, TypeVar
 
-from ..advice import RecordingContext, recording_context
 from ..errors import CooldownError, ModelCooldownExhausted
-from ..headers import Headers
-from ..outcome import classify_status
+from ..evidence.advice import RecordingContext, recording_context
+from ..evidence.headers import Headers
+from ..evidence.outcome import classify_status
 
 __all__ = ["arotate", "response_headers", "response_status", "rotate", "rotation"]
 

@@ -9,8 +9,8 @@ from typing import ClassVar, NamedTuple
 
 from ..arguments import finite_number, resolve_now
 from ..config import CooldownSettings
+from ..evidence.outcome import classify_upstream_outcome
 from ..forksafe import new_lock, new_rlock
-from ..outcome import classify_upstream_outcome
 from ..store import model_cooldown
 from ._common import ScopedRecording, scoped_settings, store_evidence, unique_stripped
 

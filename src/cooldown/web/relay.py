@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Response
 
-from ..headers import lowered_headers
+from ..evidence.headers import lowered_headers
 from ..pools.rotation import response_headers, response_status
 
 __all__ = ["RELAYED_HEADERS", "relay"]

@@ -7,8 +7,8 @@ from typing import Any
 
 from flask import current_app
 
-from ..advice import selection_scope
 from ..config import STATUS_MODELS_ENV, warn_once
+from ..evidence.advice import selection_scope
 from ..pools import CredentialPool
 from ..store import model_cooldown
 

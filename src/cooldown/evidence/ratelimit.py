@@ -12,7 +12,7 @@ import math
 import re
 from datetime import datetime, timedelta, timezone
 
-from .arguments import wall_clock
+from ..arguments import wall_clock
 from .headers import Headers, lowered_headers
 
 __all__ = [

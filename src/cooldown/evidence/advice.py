@@ -10,8 +10,8 @@ from typing import TypeAlias, TypedDict
 
 from flask import current_app, has_app_context
 
-from .arguments import wall_clock
-from .config import settings
+from ..arguments import wall_clock
+from ..config import settings
 from .headers import Headers, header_value, lowered_headers
 from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
 from .ratelimit import spent_window_reset

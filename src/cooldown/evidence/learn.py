@@ -16,9 +16,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .config import LearnMode
-from .digests import PreparedHmac, credential_message, credential_prefix
-from .forksafe import new_lock
+from ..config import LearnMode
+from ..digests import PreparedHmac, credential_message, credential_prefix
+from ..forksafe import new_lock
 
 __all__ = ["LearnedWindow", "WindowLearner", "window_learner"]
 

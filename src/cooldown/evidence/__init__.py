@@ -1,0 +1,1 @@
+"""What one upstream answer says: its outcome, advice, rate-limit headers, learned windows."""
