@@ -22,8 +22,8 @@ from cooldown import (
     recording_context,
     selection_scope,
 )
-from cooldown.admission import MAX_TRACKED
 from cooldown.store import ORDERS, Order
+from cooldown.store.admission import MAX_TRACKED
 
 RUNS = 2000
 PROVIDER = "bench-paths"

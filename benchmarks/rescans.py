@@ -12,7 +12,7 @@ import threading
 import time
 
 from cooldown import ModelCooldown, classify_upstream_outcome
-from cooldown.schedule import DeadlineSchedule
+from cooldown.store.schedule import DeadlineSchedule
 
 THROTTLED = classify_upstream_outcome(429)
 THREADS, SECONDS, MAXIMUM = 8, 3.0, 60

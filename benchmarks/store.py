@@ -26,7 +26,7 @@ from cooldown import (
 )
 from cooldown.config import settings
 from cooldown.digests import PreparedHmac, credential_message, credential_prefix, scope_message
-from cooldown.schedule import DeadlineSchedule
+from cooldown.store.schedule import DeadlineSchedule
 
 THROTTLED = classify_upstream_outcome(429)
 FILLS = (10, 1000, 10000)

@@ -16,7 +16,7 @@ from cooldown import (
     classify_upstream_outcome,
     model_cooldown,
 )
-from cooldown.admission import MAX_TRACKED, RECENT_THROTTLES, Admission
+from cooldown.store.admission import MAX_TRACKED, RECENT_THROTTLES, Admission
 
 P = "ce-gpt-pro"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cooldown import ModelCooldown, ModelCooldownExhausted, classify_upstream_outcome
-from cooldown.admission import Attempt
+from cooldown.store.admission import Attempt
 
 from .conftest import TEST_REDIS_URL, delete_prefix
 

@@ -31,10 +31,10 @@ from cooldown import (
     settings,
     status_blueprint,
 )
-from cooldown.budget import ScopeBudget
 from cooldown.pools.legacy import MAX_LIVE_RESTS
 from cooldown.pools.validation import MAX_REJECTIONS
-from cooldown.schedule import DeadlineSchedule
+from cooldown.store.budget import ScopeBudget
+from cooldown.store.schedule import DeadlineSchedule
 
 from .conftest import free_port
 
@@ -75,7 +75,7 @@ def test_a_key_at_its_scope_budget_is_counted_once(mocker: MockerFixture) -> Non
         counted += 1
         return original(*args)
 
-    mocker.patch("cooldown.budget.sum", counting_sum, create=True)
+    mocker.patch("cooldown.store.budget.sum", counting_sum, create=True)
     for index in range(50):
         store.record("p", "k", THROTTLED, model=f"new-{index}", now=1.0)
     assert scans.call_count == 50

@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from . import shared_scripts
-from .backend import SharedAttempt, SharedStart
 from .config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
 from .evidence.learn import LearnedWindow
 from .forksafe import new_lock
 from .redisclient import connect
 from .redisurl import parse_redis_url
 from .store import ModelCooldown
+from .store.backend import SharedAttempt, SharedStart
 
 __all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
 

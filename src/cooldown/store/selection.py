@@ -8,8 +8,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, TypeAlias, TypeVar
 
-from .admission import ORDERS, Admission, Claim, Load, Order
-from .arguments import (
+from ..arguments import (
     bounded_max_seconds,
     finite_number,
     require_keys,
@@ -17,9 +16,10 @@ from .arguments import (
     resolve_now,
     retry_after,
 )
+from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
+from .admission import ORDERS, Admission, Claim, Load, Order
 from .backend import Sharing, shared_releases
-from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
-from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .schedule import DeadlineSchedule
 
 __all__ = [

@@ -7,20 +7,20 @@ import secrets
 import time
 from typing import NoReturn
 
-from .admission import ORDERS, Admission, Attempt, Order
-from .arguments import (
+from ..arguments import (
     bounded_max_seconds,
     delay,
     finite_number,
     require_str,
     resolve_now,
 )
+from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..evidence.outcome import UpstreamOutcome
+from ..forksafe import new_lock
+from .admission import ORDERS, Admission, Attempt, Order
 from .attempts import Attempts, ending_attempt
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
-from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
-from .evidence.outcome import UpstreamOutcome
-from .forksafe import new_lock
 from .inspection import Inspection
 from .schedule import DeadlineSchedule
 from .selection import Selection

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
-from .arguments import require_str
-from .digests import PreparedHmac, credential_message
-from .evidence.learn import LearnedWindow
+from ..arguments import require_str
+from ..digests import PreparedHmac, credential_message
+from ..evidence.learn import LearnedWindow
 
 __all__ = ["SharedAttempt", "SharedObservations", "SharedStart", "Sharing", "shared_releases"]
 

@@ -6,10 +6,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from .arguments import require_keys, require_str, resolve_now
+from ..arguments import require_keys, require_str, resolve_now
+from ..digests import PreparedHmac, credential_message, credential_prefix
 from .backend import Sharing
 from .budget import DIGEST_SIZE
-from .digests import PreparedHmac, credential_message, credential_prefix
 from .schedule import DeadlineSchedule
 from .selection import count_by_prefix, explain_keys, gather
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from ..arguments import finite_number, require_str, resolve_now, retry_after
+from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .admission import Admission, Attempt, Claim, Order
-from .arguments import finite_number, require_str, resolve_now, retry_after
 from .backend import SharedAttempt, Sharing
-from .digests import PreparedHmac, credential_message, credential_prefix, scope_message
-from .errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .selection import gather
 
 __all__ = ["Attempts", "ending_attempt"]
