@@ -32,7 +32,7 @@ import redis
 from store import KEYS, PAIRS, fastest_microseconds, pair_loop  # benchmarks/store.py
 
 from cooldown import CredentialPool, ModelCooldown
-from cooldown.shared import RedisObservations
+from cooldown.shared.observations import RedisObservations
 
 REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 SECRET = "benchmark-secret-" + "x" * 32

@@ -44,7 +44,7 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def forget_everything() -> None:
-    from cooldown.shared import share_when_configured
+    from cooldown.shared.observations import share_when_configured
 
     share_when_configured(model_cooldown, config.CooldownSettings())  # detach, close Redis
     model_cooldown.reset()

@@ -24,7 +24,7 @@ from cooldown import (
 )
 from cooldown.digests import scope_message
 from cooldown.evidence.learn import window_learner
-from cooldown.shared import RedisObservations
+from cooldown.shared.observations import RedisObservations
 
 
 def small_cap_store(cap: int) -> ModelCooldown:

@@ -111,7 +111,7 @@ class SharedAttempts(Attempts):
     """Two processes' stores on one Redis: every count is the fleet's."""
 
     def make_stores(self) -> list[ModelCooldown]:
-        from cooldown.shared import RedisObservations
+        from cooldown.shared.observations import RedisObservations
 
         self.prefix = f"mc-model-{uuid.uuid4().hex[:12]}"
         stores = []

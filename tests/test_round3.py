@@ -240,7 +240,7 @@ class FailingCommand:
 
 
 def test_the_backoff_counts_from_the_failure_not_the_start_of_the_call() -> None:
-    from cooldown.shared import FIRST_BACKOFF_SECONDS, RedisObservations
+    from cooldown.shared.observations import FIRST_BACKOFF_SECONDS, RedisObservations
 
     backend = RedisObservations("redis://127.0.0.1:1/0")
     assert backend._call_with(100.0, FailingCommand(0.2), lambda answer: answer) is None
@@ -248,7 +248,7 @@ def test_the_backoff_counts_from_the_failure_not_the_start_of_the_call() -> None
 
 
 def test_concurrent_failures_of_one_outage_do_not_double_the_backoff() -> None:
-    from cooldown.shared import FIRST_BACKOFF_SECONDS, RedisObservations
+    from cooldown.shared.observations import FIRST_BACKOFF_SECONDS, RedisObservations
 
     backend = RedisObservations("redis://127.0.0.1:1/0")
     threads = [
@@ -271,7 +271,7 @@ def test_members_scored_infinite_stop_arming_the_capacity_guard(
 ) -> None:
     import redis
 
-    from cooldown.shared import RedisObservations
+    from cooldown.shared.observations import RedisObservations
 
     server = redis_servers()
     client = redis.Redis.from_url(server.url)

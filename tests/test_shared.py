@@ -32,7 +32,7 @@ except ImportError:
         raise
     pytest.skip("the [redis] extra is not installed", allow_module_level=True)
 
-from cooldown.shared import RedisObservations
+from cooldown.shared.observations import RedisObservations
 
 Worker = Callable[..., Any]  # conftest.Worker: a worker process that answers JSON commands
 
@@ -368,7 +368,7 @@ def test_settings_attach_the_process_store(
     redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cooldown import CredentialPool
-    from cooldown import shared as shared_module
+    from cooldown.shared import observations as shared_module
 
     monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
     monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", redis_url)

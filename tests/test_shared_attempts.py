@@ -33,7 +33,7 @@ except ImportError:
         raise
     pytest.skip("the [redis] extra is not installed", allow_module_level=True)
 
-from cooldown.shared import RedisObservations
+from cooldown.shared.observations import RedisObservations
 
 Worker = Callable[..., Any]  # conftest.Worker
 

@@ -38,8 +38,8 @@ except ImportError:
         raise
     pytest.skip("the [redis] extra is not installed", allow_module_level=True)
 
-from cooldown import shared as shared_module
-from cooldown.shared import CLOCK_SKEW_SECONDS, RedisObservations
+from cooldown.shared import observations as shared_module
+from cooldown.shared.observations import CLOCK_SKEW_SECONDS, RedisObservations
 
 SECRET = "trust-secret-" + "z" * 40
 PREFIX = "trust"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .redisurl import RedisEndpoint
+from ..redisurl import RedisEndpoint
 
 __all__ = ["connect"]
 

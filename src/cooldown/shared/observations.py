@@ -18,14 +18,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from . import shared_scripts
-from .config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
-from .evidence.learn import LearnedWindow
-from .forksafe import new_lock
-from .redisclient import connect
-from .redisurl import parse_redis_url
-from .store import ModelCooldown
-from .store.backend import SharedAttempt, SharedStart
+from ..config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
+from ..evidence.learn import LearnedWindow
+from ..forksafe import new_lock
+from ..redisurl import parse_redis_url
+from ..store import ModelCooldown
+from ..store.backend import SharedAttempt, SharedStart
+from . import scripts as shared_scripts
+from .client import connect
 
 __all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
 
