@@ -7,7 +7,6 @@ The legacy path (feature off, or no model) keeps the wave-2 loop with no bookkee
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from ..arguments import resolve_now
 from ..config import CooldownSettings
@@ -18,10 +17,8 @@ from ..evidence.learn import window_learner
 from ..evidence.ratelimit import request_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
+from .recording import KeyRecording
 from .rotation import Steps, rotation
-
-if TYPE_CHECKING:
-    from .credential import CredentialPool
 
 __all__ = ["steps_for"]
 
@@ -32,7 +29,7 @@ def _keyed(key: str | None) -> tuple[str, None] | None:
 
 
 def steps_for(
-    pool: type[CredentialPool],
+    pool: type[KeyRecording],
     provider: str,
     model: str | None,
     quota_bucket: str | None,
@@ -77,7 +74,7 @@ class _ScopedDispatch:
 
     def __init__(
         self,
-        pool: type[CredentialPool],
+        pool: type[KeyRecording],
         provider: str,
         scope: SelectionScope,
         affinity: str | None,

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from ..arguments import resolve_now
 from ..evidence.outcome import UpstreamOutcome
-from ..status import PoolStatus, keys_status
 from ..store import model_cooldown
 from ._common import (
     ScopedRecording,
@@ -17,6 +16,7 @@ from ._common import (
     unique_stripped,
 )
 from .discovery import configured_nanogpt_keys
+from .key_status import PoolStatus, keys_status
 from .validation import REJECTION_STATUSES, NanoGPTKeyPoolExhausted, ValidatedKeyPool, seconds
 
 __all__ = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal, TypedDict
 
-from .arguments import retry_after
-from .config import LARGEST_MAX_SECONDS, CooldownSettings, settings
-from .shared import share_when_configured
-from .store import model_cooldown
+from ..arguments import retry_after
+from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
+from ..shared import share_when_configured
+from ..store import model_cooldown
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 

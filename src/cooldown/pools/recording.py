@@ -1,0 +1,142 @@
+"""How a provider pool learns from one answer: a provider-wide rest on the legacy path, the
+store's scoped cooldown otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..arguments import resolve_now
+from ..config import CooldownSettings
+from ..evidence.headers import header_value
+from ..evidence.outcome import UpstreamOutcome
+from ._common import (
+    ScopedRecording,
+    check_evidence,
+    scoped_settings,
+    status_code,
+    store_evidence,
+)
+from .selecting import KeySelection
+
+__all__ = ["AUTH_REST_SECONDS", "THROTTLE_REST_SECONDS", "KeyRecording"]
+
+AUTH_REST_SECONDS = 300.0
+THROTTLE_REST_SECONDS = 60.0
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    value = header_value(headers, "Authorization")
+    if isinstance(value, str):
+        scheme, _, token = value.strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return None
+
+
+class KeyRecording(KeySelection):
+    """`record` and `record_headers`, mixed into `CredentialPool` over its selection."""
+
+    # -- recording ----------------------------------------------------------------------------
+
+    @classmethod
+    def record(
+        cls,
+        provider: str,
+        key: str | None,
+        status: int,
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        outcome: UpstreamOutcome | None = None,
+        credential_wide_auth: bool | None = None,
+        retry_after_seconds: float | None = None,
+        sent_at: float | None = None,
+    ) -> None:
+        """Learn from one upstream answer made with `key`; `sent_at` is when its request
+        started (monotonic; default now), so a success sent before a throttle reopens nothing."""
+        status = status_code(status)
+        check_evidence(outcome, credential_wide_auth)
+        current = scoped_settings(model, quota_bucket)
+        if key is None or key == "" or provider not in cls._providers:
+            return
+        if not isinstance(key, str):
+            raise TypeError("key must be a str")
+        if current is None:
+            cls._record_legacy(provider, key, status, resolve_now(now))
+            return
+        evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
+        cls._record_scoped(
+            provider, key, evidence, model, quota_bucket, retry_after_seconds, current, now, sent_at
+        )
+
+    @classmethod
+    def _record_scoped(
+        cls,
+        provider: str,
+        key: str,
+        evidence: ScopedRecording,
+        model: str | None,
+        quota_bucket: str | None,
+        retry_after_seconds: float | None,
+        current: CooldownSettings,
+        now: float | None,
+        sent_at: float | None,
+    ) -> None:
+        """`record` on the scoped path, its arguments checked (`dispatch` calls it directly)."""
+        deadline = store_evidence(  # no pool lock: the store may reach Redis
+            provider,
+            key,
+            evidence,
+            model=model,
+            quota_bucket=quota_bucket,
+            retry_after_seconds=retry_after_seconds,
+            fallback_seconds=evidence.fallback(
+                rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
+            ),
+            current=current,
+            now=now,  # checked by the store, which reads the clock itself when it is None
+            sent_at=sent_at,
+        )
+        if evidence.rejected_wide and deadline is not None:
+            # Unscoped selection must see a genuine auth failure too.
+            cls._legacy.rest(provider, key, deadline, resolve_now(now), keep_later=True)
+
+    @classmethod
+    def _record_legacy(cls, provider: str, key: str, status: int, now: float) -> None:
+        """Rest the key provider-wide; a new rest replaces the old one, as the legacy pools did."""
+        if status in (401, 402, 403):
+            cls._legacy.rest(provider, key, now + AUTH_REST_SECONDS, now, keep_later=False)
+        elif status == 429:
+            cls._legacy.rest(provider, key, now + THROTTLE_REST_SECONDS, now, keep_later=False)
+        elif 200 <= status < 300:
+            cls._legacy.clear(provider, key)
+
+    @classmethod
+    def record_headers(
+        cls,
+        provider: str,
+        headers: Mapping[str, str],
+        status: int,
+        *,
+        now: float | None = None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        outcome: UpstreamOutcome | None = None,
+        credential_wide_auth: bool | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        """`record` for the key in the request's `Authorization: Bearer` header."""
+        key = bearer_token(headers)
+        if key is not None:
+            cls.record(
+                provider,
+                key,
+                status,
+                now=now,
+                model=model,
+                quota_bucket=quota_bucket,
+                outcome=outcome,
+                credential_wide_auth=credential_wide_auth,
+                retry_after_seconds=retry_after_seconds,
+            )
