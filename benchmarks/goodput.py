@@ -1,7 +1,7 @@
 """Goodput in simulated time: what each strategy serves, and the 429s it costs.
 
 Run by hand: `python benchmarks/goodput.py` (seconds, no sleeps). docs/benchmarks.md records
-the tables; tests/test_goodput.py holds the simulator to its claims on smaller runs.
+the tables; tests/system/test_goodput.py holds the simulator to its claims on smaller runs.
 
 A simulated provider gives each key a quota of requests per fixed window, per model (or per
 key across models), and may announce the window in OpenAI-style rate-limit headers and/or a

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import free_port
+from ..conftest import free_port
 
 TOKEN = "multiprocess-token-" + "x" * 20
 APP = textwrap.dedent(

@@ -24,7 +24,7 @@ from cooldown import (
 )
 from cooldown.digests import PreparedHmac, credential_message, credential_prefix, scope_message
 
-from .conftest import two_processes_share_one_probe
+from ..conftest import two_processes_share_one_probe
 
 try:
     import redis

@@ -29,7 +29,7 @@ from cooldown import (
     settings,
 )
 
-from .conftest import two_processes_share_one_probe
+from ..conftest import two_processes_share_one_probe
 
 try:
     import redis

@@ -13,7 +13,7 @@ import pytest
 
 from cooldown import CredentialPool
 
-SIMULATOR = Path(__file__).resolve().parent.parent / "benchmarks" / "goodput.py"
+SIMULATOR = Path(__file__).resolve().parents[2] / "benchmarks" / "goodput.py"
 
 
 @pytest.fixture(scope="module")

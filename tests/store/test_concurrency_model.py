@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from cooldown import ModelCooldown, ModelCooldownExhausted, classify_upstream_outcome
 from cooldown.store.admission import Attempt
 
-from .conftest import TEST_REDIS_URL, delete_prefix
+from ..conftest import TEST_REDIS_URL, delete_prefix
 
 P, MODEL, LEASE = "p", "m", 30.0
 KEYS = ["k0", "k1", "k2"]
