@@ -1,14 +1,17 @@
 """Every Python block in README.md and docs/*.md runs, and its Flask routes answer.
 
 Each block runs alone in a fresh namespace, with the feature on and keys configured, exactly
-as written: nothing is injected. `requests.post`, `httpx.post`, `httpx.Client.send` and
-`httpx.AsyncClient.post` are faked so no block reaches the network. Every POST route of a
+as written: nothing is injected. `requests.post`, `httpx.post`, `httpx.Client.send`,
+`httpx.AsyncClient.send` and `httpx.AsyncClient.post` are faked so no block reaches the
+network; so are `httpx2`'s clients, through which the `openai` and `anthropic` SDKs send, so
+their blocks run too, on real responses. Every POST route of a
 Flask app a block defines is then called once: a `NameError` inside a route fails here.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -55,22 +58,58 @@ def answer(*args: object, **kwargs: object) -> FakeUpstreamAnswer:
     return FakeUpstreamAnswer()
 
 
-async def answer_async(*args: object, **kwargs: object) -> FakeUpstreamAnswer:
-    return answer(*args, **kwargs)
+async def answer_async(*args: object, **kwargs: object) -> Any:
+    import httpx
+
+    answer(*args, **kwargs)  # checks the key
+    return httpx.Response(200, json=COMPLETION, headers=FakeUpstreamAnswer.headers)
+
+
+COMPLETION = {
+    "id": "chatcmpl-docs",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "gpt-4o",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    ],
+}
+
+
+def http_answer(client: Any, request: Any, **kwargs: object) -> Any:
+    """A real response of the client's own library (httpx, or the SDKs' httpx2) for what a
+    block sent, from a configured key."""
+    sent_with = request.headers.get("Authorization", "") or request.headers.get("x-api-key", "")
+    assert sent_with.removeprefix("Bearer ").startswith("sk-docs-")
+    library = sys.modules[type(request).__module__.split(".")[0]]
+    return library.Response(
+        200, json=COMPLETION, headers=FakeUpstreamAnswer.headers, request=request
+    )
+
+
+async def http_answer_async(client: object, request: Any, **kwargs: object) -> Any:
+    return http_answer(client, request)
 
 
 @pytest.fixture
 def documented_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import httpx
+    import httpx2
     import requests
 
     monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
-    for base in ("CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL", "CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL"):
+    for base in (
+        "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL",
+        "CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL",
+        "CODEX_EVERYWHERE_API_KEY_CLAUDE_MAX",
+    ):
         monkeypatch.setenv(base, "sk-docs-one")
         monkeypatch.setenv(f"{base}_1", "sk-docs-two")
     monkeypatch.setattr(requests, "post", answer)
     monkeypatch.setattr(httpx, "post", answer)
-    monkeypatch.setattr(httpx.Client, "send", lambda client, request, **kwargs: answer())
+    for library in (httpx, httpx2):
+        monkeypatch.setattr(library.Client, "send", http_answer)
+        monkeypatch.setattr(library.AsyncClient, "send", http_answer_async)
     monkeypatch.setattr(httpx.AsyncClient, "post", answer_async)
 
 

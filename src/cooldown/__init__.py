@@ -16,6 +16,7 @@ from .evidence.outcome import UpstreamOutcome, classify_upstream_outcome
 from .evidence.ratelimit import rate_limit_advice
 from .pools import (
     CredentialPool,
+    KeyedClients,
     NanoGPTKeyPool,
     NanoGPTKeyPoolExhausted,
     NanoGPTUnifiedKeyPool,
@@ -25,6 +26,7 @@ from .pools import (
 from .store import MAX_ENTRIES, ModelCooldown, model_cooldown
 from .web import (
     api_error_response,
+    arelay,
     cooldown_error_response,
     init_app,
     relay,
@@ -38,6 +40,7 @@ __all__ = [
     "CooldownError",
     "CooldownSettings",
     "CredentialPool",
+    "KeyedClients",
     "ModelCooldown",
     "ModelCooldownCapacity",
     "ModelCooldownExhausted",
@@ -48,6 +51,7 @@ __all__ = [
     "SelectionScope",
     "UpstreamOutcome",
     "api_error_response",
+    "arelay",
     "classify_upstream_outcome",
     "configured_nanogpt_keys",
     "cooldown_error_response",

@@ -249,9 +249,9 @@ def test_wrong_app_config_buckets_are_a_type_error(enabled: None, pool: None) ->
         CredentialPool.dispatch(P, Mock(), model="gpt-4o")
 
 
-def test_send_must_return_a_response(pool: None) -> None:
-    with pytest.raises(TypeError, match="status"):
-        CredentialPool.dispatch(P, lambda key: "ok")
+def test_send_returning_none_is_a_type_error_naming_send(pool: None) -> None:
+    with pytest.raises(TypeError, match=r"send\(\) returned None"):
+        CredentialPool.dispatch(P, lambda key: None)
 
 
 @pytest.mark.parametrize(

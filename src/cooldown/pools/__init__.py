@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .credential import CredentialPool
+from .keyed_clients import KeyedClients
 from .nanogpt import (
     NanoGPTKeyPool,
     NanoGPTKeyPoolExhausted,
@@ -13,6 +14,7 @@ from .nanogpt import (
 
 __all__ = [
     "CredentialPool",
+    "KeyedClients",
     "NanoGPTKeyPool",
     "NanoGPTKeyPoolExhausted",
     "NanoGPTUnifiedKeyPool",

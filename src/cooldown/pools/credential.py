@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import ClassVar, TypeVar
 
 from ..arguments import resolve_now
@@ -18,7 +18,7 @@ from .dispatching import steps_for
 from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
-from .rotation import arotate, refuse_coroutine_function, rotate
+from .rotation import arotate, check_rotate_on, refuse_coroutine_function, rotate
 
 __all__ = ["CredentialPool"]
 
@@ -80,19 +80,35 @@ class CredentialPool(KeyRecording):
         quota_buckets: QuotaBuckets | None = None,
         now: float | None = None,
         order: Order = "spread",
+        rotate_on: Iterable[int] = (),
     ) -> _Response | None:
         """Select, `send(key)`, record, and rotate to an untried key after a key problem.
 
-        Only the response's status and headers are read, so a streaming body is untouched.
-        A `CooldownError` before the first attempt propagates (nothing was sent). After a
-        throttle or auth rejection, when every key now cools for the scope, the 429
-        (`ModelCooldownExhausted`) replaces that answer; otherwise the last response is
-        returned. An exception from `send` cools nothing and is re-raised. `None` without
+        `send` may return a response (only its status and headers are read, so a streaming
+        body is untouched), an SDK raw response or stream, or a parsed result (a success,
+        returned unchanged); or raise an exception carrying the upstream's answer
+        (`raise_for_status()`, the SDKs' `APIStatusError`), recorded like that answer and
+        re-raised when the loop ends on it. A `CooldownError` before the first attempt
+        propagates (nothing was sent). After a throttle or auth rejection, when every key now
+        cools for the scope, the 429 (`ModelCooldownExhausted`, never chained to the upstream's
+        exception) replaces that answer. An exception without an answer (a timeout, a refused
+        connection) cools nothing and propagates. `rotate_on` lists provider-failure statuses
+        (500-599) that move to the next untried free key, cooling nothing. `None` without
         calling `send` when no key is configured. `send` must be a plain function; an
         `async def send` goes to `adispatch`.
         """
         refuse_coroutine_function(send)
-        steps = steps_for(cls, provider, model, quota_bucket, affinity, quota_buckets, now, order)
+        steps = steps_for(
+            cls,
+            provider,
+            model,
+            quota_bucket,
+            affinity,
+            quota_buckets,
+            now,
+            order,
+            check_rotate_on(rotate_on),
+        )
         return rotate(steps, send)
 
     @classmethod
@@ -107,13 +123,24 @@ class CredentialPool(KeyRecording):
         quota_buckets: QuotaBuckets | None = None,
         now: float | None = None,
         order: Order = "spread",
+        rotate_on: Iterable[int] = (),
     ) -> _Response | None:
-        """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp).
+        """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp, AsyncOpenAI).
 
         The same loop and rules as `dispatch`. With Redis sharing on, every step that may
         reach Redis runs in a worker thread, so the event loop never waits on it.
         """
-        steps = steps_for(cls, provider, model, quota_bucket, affinity, quota_buckets, now, order)
+        steps = steps_for(
+            cls,
+            provider,
+            model,
+            quota_bucket,
+            affinity,
+            quota_buckets,
+            now,
+            order,
+            check_rotate_on(rotate_on),
+        )
         return await arotate(steps, send, offload=shared_state_configured())
 
     @classmethod

@@ -9,16 +9,27 @@ from __future__ import annotations
 import time
 
 from ..arguments import resolve_now
-from ..config import CooldownSettings
+from ..config import CooldownSettings, warn_once
 from ..digests import scope_message
 from ..evidence.advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
-from ..evidence.headers import Headers, lowered_headers
+from ..evidence.answers import Answer
 from ..evidence.learn import window_learner
 from ..evidence.ratelimit import request_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
 from .rotation import Steps, rotation
+
+SDK_RETRIES_WARNING = (
+    "provider %s: the upstream client retried inside send (x-stainless-retry-count > 0); "
+    "construct it with max_retries=0 so rotation, not the SDK, decides the next key"
+)
+
+
+def warn_sdk_retries(provider: str) -> None:
+    """Once per provider per process: an SDK's own retries re-hit a throttled key."""
+    warn_once(provider, SDK_RETRIES_WARNING)
+
 
 __all__ = ["steps_for"]
 
@@ -37,6 +48,7 @@ def steps_for(
     quota_buckets: QuotaBuckets | None,
     now: float | None,
     order: Order,
+    rotate_on: frozenset[int],
 ) -> Steps:
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
@@ -55,10 +67,12 @@ def steps_for(
                     None,
                 )
             ),
-            record=lambda admitted, status, headers, evidence: pool.record(
-                provider, admitted[0], status, now=now, **scope, **evidence
+            record=lambda admitted, answer, evidence: pool.record(
+                provider, admitted[0], answer.status, now=now, **scope, **evidence
             ),
             finish=lambda admitted, served: None,
+            rotate_on=rotate_on,
+            retried=lambda: warn_sdk_retries(provider),
         )
     dispatch = _ScopedDispatch(pool, provider, scope, affinity, order, now, current)
     return rotation(
@@ -66,6 +80,8 @@ def steps_for(
         rest=dispatch.admit,
         record=dispatch.record,
         finish=lambda admitted, served: model_cooldown.finish(admitted[1], served=served),
+        rotate_on=rotate_on,
+        retried=lambda: warn_sdk_retries(provider),
     )
 
 
@@ -116,35 +132,30 @@ class _ScopedDispatch:
         return taken
 
     def record(
-        self,
-        admitted: tuple[str, Attempt],
-        status: int,
-        headers: Headers,
-        evidence: RecordingContext,
+        self, admitted: tuple[str, Attempt], answer: Answer, evidence: RecordingContext
     ) -> None:
         """Record the answer as of the attempt's start; keep the budget its headers announce.
         With shared state, these writes go with the attempt's end, in one round trip."""
         key, attempt = admitted
         if attempt.shared is None:
-            self._record(key, attempt, status, headers, evidence)
+            self._record(key, attempt, answer, evidence)
             return
         with model_cooldown.ending(attempt):
-            self._record(key, attempt, status, headers, evidence)
+            self._record(key, attempt, answer, evidence)
             attempt.shared.learned = window_learner.export(self.provider, key, self._scope())
 
     def _record(
         self,
         key: str,
         attempt: Attempt,
-        status: int,
-        headers: Headers,
+        answer: Answer,
         evidence: RecordingContext,
     ) -> None:
         self.pool._record_scoped(
             self.provider,
             key,
             ScopedRecording.from_call(
-                status, evidence.get("outcome"), evidence.get("credential_wide_auth")
+                answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
             ),
             self.model,
             self.quota_bucket,
@@ -153,7 +164,7 @@ class _ScopedDispatch:
             self.now,
             attempt.started,
         )
-        budget = request_budget(lowered_headers(headers), time.time()) if headers else None
+        budget = request_budget(answer.headers, time.time()) if answer.headers else None
         if budget is not None:
             model_cooldown.record_budget(
                 self.provider,

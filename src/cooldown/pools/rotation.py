@@ -1,8 +1,9 @@
 """The loop behind `dispatch` and `adispatch`: send with one key, learn from the answer, rotate.
 
-The loop is written once, as a generator that yields "send with this key" and receives the
-response; `rotate` drives it with plain calls and `arotate` with awaits (the way tenacity
-shares its sync and async retrying), so the two can never drift apart.
+The loop is written once, as a generator that yields "send with this key" and receives what
+`send` gave, read into an `Answer` (returned or raised alike); `rotate` drives it with plain
+calls and `arotate` with awaits (the way tenacity shares its sync and async retrying), so the
+two can never drift apart.
 """
 
 from __future__ import annotations
@@ -10,19 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any, Protocol, TypeVar
 
 from ..errors import CooldownError, ModelCooldownExhausted
 from ..evidence.advice import RecordingContext, recording_context
-from ..evidence.headers import Headers
+from ..evidence.answers import Answer, answer_raised, answer_returned
 from ..evidence.outcome import classify_status
 
-__all__ = ["arotate", "response_headers", "response_status", "rotate", "rotation"]
+__all__ = ["arotate", "check_rotate_on", "rotate", "rotation"]
 
 _Response = TypeVar("_Response")
 Steps = Generator[str, Any, Any]
-"""Yields the key to send with next; receives that attempt's response; returns the answer."""
+"""Yields the key to send with next; receives that attempt's `Answer`; returns the last one."""
 
 
 Admitted = tuple[str, Any]
@@ -30,23 +31,20 @@ Admitted = tuple[str, Any]
 
 
 class Record(Protocol):
-    def __call__(
-        self, admitted: Admitted, status: int, headers: Headers, evidence: RecordingContext
-    ) -> None: ...
+    def __call__(self, admitted: Admitted, answer: Answer, evidence: RecordingContext) -> None: ...
 
 
-def response_status(response: object) -> int:
-    """`.status_code` (requests, httpx, werkzeug) or `.status` (urllib3, `http.client`, aiohttp)."""
-    for name in ("status_code", "status"):
-        status = getattr(response, name, None)
-        if isinstance(status, int) and not isinstance(status, bool):
-            return status
-    raise TypeError("send() must return a response with an int .status_code or .status")
-
-
-def response_headers(response: object) -> Headers:
-    headers = getattr(response, "headers", None)
-    return headers if headers is not None else {}
+def check_rotate_on(statuses: object) -> frozenset[int]:
+    """Provider-failure statuses (500-599) that move a dispatch to the next untried key."""
+    if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Iterable):
+        raise TypeError("rotate_on must be a collection of int statuses")
+    checked = list(statuses)
+    for status in checked:
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise TypeError("rotate_on must hold int statuses")
+        if not 500 <= status <= 599:
+            raise ValueError("rotate_on takes provider failures only: statuses 500 to 599")
+    return frozenset(checked)
 
 
 def rotation(
@@ -55,6 +53,8 @@ def rotation(
     rest: Callable[[set[str]], Admitted | None],
     record: Record,
     finish: Callable[[Admitted, bool], None],
+    rotate_on: frozenset[int] = frozenset(),
+    retried: Callable[[], None] = lambda: None,
 ) -> Steps:
     """Every key at most once; the answer when it is not a key problem.
 
@@ -63,56 +63,60 @@ def rotation(
     `rest(tried)` is the pool's next admission: on the scoped path it raises
     `ModelCooldownExhausted` when every key now cools, and that 429 replaces the last throttle
     or auth rejection (the client's own credentials are not what failed); `None` when the
-    free keys were all tried, and then the last response is the answer.
+    free keys were all tried, and then the last answer stands. A status in `rotate_on` moves
+    to the next untried free key, cooling nothing; when none is free, its answer stands.
     """
     admitted = first()  # a CooldownError here propagates: nothing has been sent
     tried: set[str] = set()
+    answer: Answer | None = None
     while admitted is not None:
-        key = admitted[0]
-        tried.add(key)
+        tried.add(admitted[0])
         served = False
         try:
-            response = yield key
-            status = response_status(response)
-            headers = response_headers(response)
-            evidence = recording_context(status, headers)
-            record(admitted, status, headers, evidence)
-            outcome = evidence.get("outcome") or classify_status(status)
+            answer = yield admitted[0]
+            if answer.retried:
+                retried()
+            evidence = recording_context(answer.status, answer.headers)
+            record(admitted, answer, evidence)
+            outcome = evidence.get("outcome") or classify_status(answer.status)
             served = outcome.provider_health == "success"  # even if its window is now spent
         finally:
             finish(admitted, served)
-        if served or outcome.credential_health not in ("throttled", "rejected"):
-            return response
+        rotating = not served and outcome.credential_health in ("throttled", "rejected")
+        if not rotating and answer.status not in rotate_on:
+            return answer
         try:
             admitted = rest(tried)
         except ModelCooldownExhausted:
-            raise
+            if rotating:  # every key now cools: our 429 replaces the key's answer
+                raise
+            return answer
         except CooldownError:  # a capacity guard: some key is free, this answer stands
-            return response
-    return response if tried else None
+            return answer
+    return answer
 
 
-def _advance(steps: Steps, response: object) -> tuple[bool, Any]:
-    """One step: `(False, key)` to send with next, or `(True, answer)` at the end."""
+def _advance(steps: Steps, answer: Answer | None) -> tuple[bool, Any]:
+    """One step: `(False, key)` to send with next, or `(True, last answer)` at the end."""
     try:
-        return False, steps.send(response)
+        return False, steps.send(answer)
     except StopIteration as done:
         return True, done.value
 
 
-def _close(response: object) -> None:
+def _close(http: object) -> None:
     """Give a response's connection back (a streamed body would otherwise hold it)."""
-    close = getattr(response, "close", None)
+    close = getattr(http, "close", None)
     if callable(close):
         close()
 
 
-async def _aclose(response: object) -> None:
-    aclose = getattr(response, "aclose", None)  # httpx.AsyncClient's responses
+async def _aclose(http: object) -> None:
+    aclose = getattr(http, "aclose", None)  # httpx.AsyncClient's responses
     if callable(aclose):
         await aclose()
     else:
-        _close(response)  # aiohttp's close() is a plain call
+        _close(http)  # aiohttp's close() is a plain call
 
 
 def refuse_coroutine_function(send: object) -> None:
@@ -120,24 +124,56 @@ def refuse_coroutine_function(send: object) -> None:
         raise TypeError("send is an async function: use CredentialPool.adispatch")
 
 
+def _sent(send: Callable[[str], object], key: str) -> Answer:
+    """Call `send` and read what it gave; an exception without an answer propagates."""
+    try:
+        value = send(key)
+    except Exception as error:
+        answer = answer_raised(error)
+        if answer is None:  # a transport failure: nothing is cooled, nothing retried
+            raise
+        return answer
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited, and never warned about
+        raise TypeError("send returned an awaitable: use CredentialPool.adispatch")
+    return answer_returned(value)
+
+
+async def _asent(send: Callable[[str], Awaitable[object]], key: str) -> Answer:
+    pending = send(key)  # an async def only builds its coroutine here
+    if not inspect.isawaitable(pending):
+        raise TypeError("adispatch needs an async send (async def): use dispatch for a plain one")
+    try:
+        value = await pending
+    except Exception as error:
+        answer = answer_raised(error)
+        if answer is None:
+            raise
+        return answer
+    return answer_returned(value)
+
+
+def _end(last: Answer | None) -> Any:
+    """What the caller gets: nothing when no key was configured, else the last answer as it
+    came (raised outside any handler, so no exception of ours is chained to it)."""
+    return None if last is None else last.deliver()
+
+
 def rotate(steps: Steps, send: Callable[[str], _Response]) -> _Response | None:
     """Drive the loop with plain calls; `send` is a blocking function."""
     try:
         done, value = _advance(steps, None)
         while not done:
-            response = send(value)  # an exception cools nothing and goes to the caller
-            if inspect.isawaitable(response):
-                if inspect.iscoroutine(response):
-                    response.close()  # never awaited, and never warned about
-                raise TypeError("send returned an awaitable: use CredentialPool.adispatch")
+            answer = _sent(send, value)
             try:
-                done, value = _advance(steps, response)
+                done, value = _advance(steps, answer)
             finally:
-                if not done or value is not response:  # rotated away from: give it back
-                    _close(response)
-        return value  # type: ignore[no-any-return]
+                if not done or value is not answer:  # rotated away from: give it back
+                    _close(answer.http)
     finally:
         steps.close()
+    return _end(value)  # type: ignore[no-any-return]
 
 
 async def arotate(
@@ -146,21 +182,21 @@ async def arotate(
     """Drive the loop with awaits; with `offload`, each step (it may reach Redis) runs in a
     worker thread, so a slow or frozen Redis never blocks the event loop."""
 
-    async def step(response: object) -> tuple[bool, Any]:
+    async def step(answer: Answer | None) -> tuple[bool, Any]:
         if offload:
-            return await asyncio.to_thread(_advance, steps, response)
-        return _advance(steps, response)
+            return await asyncio.to_thread(_advance, steps, answer)
+        return _advance(steps, answer)
 
     try:
         done, value = await step(None)
         while not done:
-            response = await send(value)
+            answer = await _asent(send, value)
             try:
-                done, value = await step(response)
+                done, value = await step(answer)
             finally:
-                if not done or value is not response:  # rotated away from: give it back
-                    await _aclose(response)
-        return value  # type: ignore[no-any-return]
+                if not done or value is not answer:  # rotated away from: give it back
+                    await _aclose(answer.http)
     finally:
         with contextlib.suppress(ValueError):  # cancelled while a worker thread runs a step
             steps.close()
+    return _end(value)  # type: ignore[no-any-return]

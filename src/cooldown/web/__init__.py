@@ -15,11 +15,12 @@ from .errors import (
 )
 from .errors import error_format as _error_format
 from .metrics import publish_when_multiprocess
-from .relay import relay
+from .relay import arelay, relay
 from .status import status_blueprint
 
 __all__ = [
     "api_error_response",
+    "arelay",
     "cooldown_error_response",
     "init_app",
     "relay",
