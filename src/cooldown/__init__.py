@@ -12,6 +12,7 @@ from .evidence.advice import (
     selection_scope,
     upstream_model,
 )
+from .evidence.bodies import google_retry_delay
 from .evidence.outcome import UpstreamOutcome, classify_upstream_outcome
 from .evidence.ratelimit import rate_limit_advice
 from .pools import (
@@ -55,6 +56,7 @@ __all__ = [
     "classify_upstream_outcome",
     "configured_nanogpt_keys",
     "cooldown_error_response",
+    "google_retry_delay",
     "init_app",
     "is_nanogpt_credential_rejection",
     "model_cooldown",

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import TypeAlias, TypedDict
+from urllib.parse import unquote
 
 from flask import current_app, has_app_context
 
@@ -14,7 +15,7 @@ from ..arguments import wall_clock
 from ..config import settings
 from .headers import Headers, header_value, lowered_headers
 from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
-from .ratelimit import spent_window_reset
+from .ratelimit import millisecond_advice, spent_window_reset
 
 __all__ = [
     "RecordingContext",
@@ -80,15 +81,16 @@ def _retry_after(value: object, received_at: float) -> float | None:
     return max(0.0, remaining) if math.isfinite(remaining) else None
 
 
-_PATH_MODEL = re.compile(r"(?:^|/)models/([^/:]+)(?::[^/:]+)?/?$")
+_PATH_MODEL = re.compile(r"(?:^|/)models/([^/]+)")
 
 
 def upstream_model(body: object = None, path: object = None) -> str | None:
     """The model an OpenAI-style JSON body or a `/models/<name>` path names; never a guess.
 
-    `body["model"]` when it is a non-empty string, else `<name>` of a path ending in
-    `models/<name>`, with or without a Gemini-style `:<verb>` (e.g.
-    `/v1beta/models/gemini-2.0-flash:generateContent`, `/v1/models/gpt-4o`), else `None`.
+    `body["model"]` when it is a non-empty string, else the path segment after `models/`
+    (whatever follows it), without a Gemini-style `:<verb>`, percent-decoded afterwards so an
+    encoded `/` or `:` stays in the name (e.g. `/v1beta/models/gemini%2D2.0:generateContent`
+    is `gemini-2.0`, `/v1/models/gpt-4o/extra` is `gpt-4o`), else `None`.
     """
     if isinstance(body, Mapping):
         model = body.get("model")
@@ -97,8 +99,18 @@ def upstream_model(body: object = None, path: object = None) -> str | None:
     if isinstance(path, str):
         found = _PATH_MODEL.search(path)
         if found:
-            return found.group(1)
+            return _path_model(found.group(1))
     return None
+
+
+def _path_model(segment: str) -> str | None:
+    name, _, verb = segment.partition(":")
+    if not name or ":" in verb:  # one `:verb` at most; more is not a path anyone sends
+        return None
+    try:
+        return unquote(name, errors="strict") or None
+    except UnicodeDecodeError:
+        return None
 
 
 def selection_scope(
@@ -133,6 +145,13 @@ def selection_scope(
     }
 
 
+def _later(first: float | None, second: float | None) -> float | None:
+    """The later of two pieces of advice, either of which may be missing."""
+    if first is None or second is None:
+        return second if first is None else first
+    return max(first, second)
+
+
 def recording_context(
     status: int | None,
     headers: Headers | None = None,
@@ -147,8 +166,9 @@ def recording_context(
 
     A 2xx whose rate-limit headers show a spent window is recorded as a throttle until the
     window resets (reason `rate_limit_exhausted`); on a 429 the advice is the later of a
-    usable `Retry-After` and every spent window's reset. `{}` when the feature is disabled, so the
-    pools keep their legacy behaviour.
+    usable `Retry-After` (or Azure's `retry-after-ms`/`x-ms-retry-after-ms`) and every spent
+    window's reset. `{}` when the feature is disabled, so the pools keep their legacy
+    behaviour.
     """
     if outcome is not None and not isinstance(outcome, UpstreamOutcome):
         raise TypeError("outcome must be an UpstreamOutcome or None")
@@ -157,6 +177,8 @@ def recording_context(
         return {}
     lowered = lowered_headers(headers)
     advice = _retry_after(lowered.get("retry-after"), moment)
+    if status == 429:  # Azure's millisecond advice: the later of it and Retry-After
+        advice = _later(advice, millisecond_advice(lowered))
     if outcome is None:
         if transport_failure is None and not cancelled and type(status) is int:
             outcome = classify_status(status)
@@ -173,9 +195,7 @@ def recording_context(
                 advice = window
     if outcome.reason != "rate_limit_exhausted" and outcome.credential_health == "throttled":
         # A 429: "retry in 2 s" while an hour-long window is spent means the later of the two.
-        window = spent_window_reset(lowered, moment) if lowered else None
-        if window is not None:
-            advice = window if advice is None else max(advice, window)
+        advice = _later(advice, spent_window_reset(lowered, moment) if lowered else None)
     return {
         "outcome": outcome,
         "credential_wide_auth": status == 401 and not cancelled,

@@ -1,9 +1,11 @@
 """Providers' rate-limit headers: how long until a spent window resets, before any 429.
 
-Three families are read (names case-insensitive): OpenAI-style `x-ratelimit-*` with Go
-durations, Anthropic's `anthropic-ratelimit-*` with RFC 3339 times, and the IETF
-`RateLimit-Remaining`/`RateLimit-Reset` fields with delta seconds. A plain number above 10^9
-in a reset is an absolute Unix time instead. Bodies are never read.
+Four families are read (names case-insensitive): OpenAI-style `x-ratelimit-*` with Go
+durations, Anthropic's `anthropic-ratelimit-*` with RFC 3339 times, the IETF
+`RateLimit-Remaining`/`RateLimit-Reset` fields with delta seconds, and the bare
+`X-RateLimit-Remaining`/`X-RateLimit-Reset` pair (OpenRouter, Together, many gateways). A plain
+number above 10^9 in a reset is an absolute Unix time instead, and in the bare pair one above
+10^12 is Unix milliseconds. Bodies are never read.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .headers import Headers, lowered_headers
 
 __all__ = [
     "go_duration_seconds",
+    "millisecond_advice",
     "rate_limit_advice",
     "request_budget",
     "rfc3339_timestamp",
@@ -25,6 +28,10 @@ __all__ = [
 
 EPOCH_THRESHOLD = 1e9
 """Reset values above this many seconds (about 31 years) are absolute Unix times."""
+EPOCH_MS_THRESHOLD = 1e12
+"""Bare `X-RateLimit-Reset` values above this are Unix times in milliseconds (OpenRouter)."""
+MILLISECOND_ADVICE = ("retry-after-ms", "x-ms-retry-after-ms")
+"""Azure OpenAI's advice on a 429, in milliseconds."""
 _LONGEST_VALUE = 64  # longer header values are not numbers or times any provider sends
 _OPENAI_KINDS = ("requests", "tokens")
 _ANTHROPIC_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
@@ -113,9 +120,28 @@ def _from_epoch(seconds: float | None, received_at: float) -> float | None:
     return _finite(max(0.0, seconds - received_at))
 
 
+def _bare_reset(value: object, received_at: float) -> float | None:
+    """Delta seconds up to 10^9, Unix seconds above, Unix milliseconds above 10^12."""
+    seconds = _plain_seconds(value)
+    if seconds is not None and seconds > EPOCH_MS_THRESHOLD:
+        seconds /= 1000.0
+    return _from_epoch(seconds, received_at)
+
+
+def _ietf_reset(value: object, received_at: float) -> float | None:
+    return _from_epoch(_plain_seconds(value), received_at)
+
+
+_PLAIN_PAIRS = (
+    ("ratelimit-remaining", "ratelimit-reset", _ietf_reset),
+    ("x-ratelimit-remaining", "x-ratelimit-reset", _bare_reset),
+)
+"""Request counters whose reset is a number: the IETF fields and the bare pair."""
+
+
 def _openai_reset(value: object, received_at: float) -> float | None:
     """A Unix time (above 10^9), else a Go duration or plain seconds."""
-    reset = _from_epoch(_plain_seconds(value), received_at)
+    reset = _ietf_reset(value, received_at)
     return go_duration_seconds(value) if reset is None else reset
 
 
@@ -132,11 +158,19 @@ def spent_window_reset(lowered: dict[str, object], received_at: float) -> float 
             moment = rfc3339_timestamp(lowered.get(f"anthropic-ratelimit-{kind}-reset"))
             if moment is not None:
                 resets.append(max(0.0, moment - received_at))
-    if _spent(lowered.get("ratelimit-remaining")):
-        reset = _from_epoch(_plain_seconds(lowered.get("ratelimit-reset")), received_at)
-        if reset is not None:
-            resets.append(reset)
+    for remaining_name, reset_name, read_reset in _PLAIN_PAIRS:
+        if _spent(lowered.get(remaining_name)):
+            reset = read_reset(lowered.get(reset_name), received_at)
+            if reset is not None:
+                resets.append(reset)
     return max(resets) if resets else None
+
+
+def millisecond_advice(lowered: dict[str, object]) -> float | None:
+    """Seconds from Azure's `retry-after-ms`/`x-ms-retry-after-ms`: the later of them."""
+    advised = [_plain_seconds(lowered.get(name)) for name in MILLISECOND_ADVICE]
+    found = [milliseconds / 1000.0 for milliseconds in advised if milliseconds is not None]
+    return max(found) if found else None
 
 
 def _count(value: object) -> int | None:
@@ -159,10 +193,11 @@ def request_budget(lowered: dict[str, object], received_at: float) -> tuple[int,
     moment = rfc3339_timestamp(lowered.get("anthropic-ratelimit-requests-reset"))
     if remaining is not None and moment is not None:
         found.append((remaining, max(0.0, moment - received_at)))
-    remaining = _count(lowered.get("ratelimit-remaining"))
-    reset = _from_epoch(_plain_seconds(lowered.get("ratelimit-reset")), received_at)
-    if remaining is not None and reset is not None:
-        found.append((remaining, reset))
+    for remaining_name, reset_name, read_reset in _PLAIN_PAIRS:
+        remaining = _count(lowered.get(remaining_name))
+        reset = read_reset(lowered.get(reset_name), received_at)
+        if remaining is not None and reset is not None:
+            found.append((remaining, reset))
     live = [budget for budget in found if budget[0] > 0 and budget[1] > 0]
     return min(live) if live else None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..arguments import resolve_now
 from ..evidence.advice import QuotaBuckets
@@ -14,7 +14,7 @@ from ._common import (
     scoped_settings,
     shared_state_configured,
 )
-from .dispatching import steps_for
+from .dispatching import check_advice, steps_for
 from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
@@ -81,6 +81,7 @@ class CredentialPool(KeyRecording):
         now: float | None = None,
         order: Order = "spread",
         rotate_on: Iterable[int] = (),
+        advice: Callable[[Any], object] | None = None,
     ) -> _Response | None:
         """Select, `send(key)`, record, and rotate to an untried key after a key problem.
 
@@ -93,7 +94,9 @@ class CredentialPool(KeyRecording):
         cools for the scope, the 429 (`ModelCooldownExhausted`, never chained to the upstream's
         exception) replaces that answer. An exception without an answer (a timeout, a refused
         connection) cools nothing and propagates. `rotate_on` lists provider-failure statuses
-        (500-599) that move to the next untried free key, cooling nothing. `None` without
+        (500-599) that move to the next untried free key, cooling nothing. `advice(answer)`
+        reads seconds from a throttle's body (`google_retry_delay`); the later of it and the
+        headers' advice stands. `None` without
         calling `send` when no key is configured. `send` must be a plain function; an
         `async def send` goes to `adispatch`.
         """
@@ -108,6 +111,7 @@ class CredentialPool(KeyRecording):
             now,
             order,
             check_rotate_on(rotate_on),
+            check_advice(advice),
         )
         return rotate(steps, send)
 
@@ -124,6 +128,7 @@ class CredentialPool(KeyRecording):
         now: float | None = None,
         order: Order = "spread",
         rotate_on: Iterable[int] = (),
+        advice: Callable[[Any], object] | None = None,
     ) -> _Response | None:
         """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp, AsyncOpenAI).
 
@@ -140,6 +145,7 @@ class CredentialPool(KeyRecording):
             now,
             order,
             check_rotate_on(rotate_on),
+            check_advice(advice),
         )
         return await arotate(steps, send, offload=shared_state_configured())
 

@@ -7,11 +7,19 @@ The legacy path (feature off, or no model) keeps the wave-2 loop with no bookkee
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
-from ..arguments import resolve_now
-from ..config import CooldownSettings, warn_once
+from ..arguments import resolve_now, usable_advice
+from ..config import LARGEST_MAX_SECONDS, CooldownSettings, warn_once
 from ..digests import scope_message
-from ..evidence.advice import QuotaBuckets, RecordingContext, SelectionScope, selection_scope
+from ..evidence.advice import (
+    QuotaBuckets,
+    RecordingContext,
+    SelectionScope,
+    recording_context,
+    selection_scope,
+)
 from ..evidence.answers import Answer
 from ..evidence.learn import window_learner
 from ..evidence.ratelimit import request_budget
@@ -29,6 +37,53 @@ SDK_RETRIES_WARNING = (
 def warn_sdk_retries(provider: str) -> None:
     """Once per provider per process: an SDK's own retries re-hit a throttled key."""
     warn_once(provider, SDK_RETRIES_WARNING)
+
+
+BodyAdvice = Callable[[Any], object]
+"""`advice(answer) -> seconds | None`: what a throttle's body advises (SPEC §22)."""
+ADVICE_UNUSABLE = "provider %s: advice= returned something that is not seconds; it is ignored"
+ADVICE_FAILED = "provider %s: advice= raised; its advice is ignored"
+
+
+def check_advice(advice: object) -> BodyAdvice | None:
+    if advice is not None and not callable(advice):
+        raise TypeError("advice must be a callable advice(answer) -> seconds or None")
+    return advice
+
+
+def evidence_reader(
+    provider: str, advice: BodyAdvice | None
+) -> Callable[[Answer], RecordingContext]:
+    """What `dispatch` records of an answer: its headers' evidence and, for a throttle, the
+    later of that and what `advice` reads in the answer's body."""
+
+    def read(answer: Answer) -> RecordingContext:
+        evidence = recording_context(answer.status, answer.headers)
+        outcome = evidence.get("outcome")
+        if advice is None or outcome is None or outcome.credential_health != "throttled":
+            return evidence
+        advised = _body_advice(provider, advice, answer.value)
+        header = evidence.get("retry_after_seconds")
+        if advised is not None and (header is None or advised > header):
+            evidence["retry_after_seconds"] = advised
+        return evidence
+
+    return read
+
+
+def _body_advice(provider: str, advice: BodyAdvice, value: object) -> float | None:
+    """The caller's reader, validated like `Retry-After`; a failure costs only its advice."""
+    try:
+        advised = advice(value)
+    except Exception:  # its text may quote the body: never logged
+        warn_once(provider, ADVICE_FAILED)
+        return None
+    if advised is None:
+        return None
+    if usable_advice(advised):
+        return float(min(advised, LARGEST_MAX_SECONDS))  # capped again where it is stored
+    warn_once(provider, ADVICE_UNUSABLE)
+    return None
 
 
 __all__ = ["steps_for"]
@@ -49,6 +104,7 @@ def steps_for(
     now: float | None,
     order: Order,
     rotate_on: frozenset[int],
+    advice: BodyAdvice | None,
 ) -> Steps:
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
@@ -73,6 +129,7 @@ def steps_for(
             finish=lambda admitted, served: None,
             rotate_on=rotate_on,
             retried=lambda: warn_sdk_retries(provider),
+            read=evidence_reader(provider, advice),
         )
     dispatch = _ScopedDispatch(pool, provider, scope, affinity, order, now, current)
     return rotation(
@@ -82,6 +139,7 @@ def steps_for(
         finish=lambda admitted, served: model_cooldown.finish(admitted[1], served=served),
         rotate_on=rotate_on,
         retried=lambda: warn_sdk_retries(provider),
+        read=evidence_reader(provider, advice),
     )
 
 

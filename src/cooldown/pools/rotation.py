@@ -55,6 +55,9 @@ def rotation(
     finish: Callable[[Admitted, bool], None],
     rotate_on: frozenset[int] = frozenset(),
     retried: Callable[[], None] = lambda: None,
+    read: Callable[[Answer], RecordingContext] = lambda answer: recording_context(
+        answer.status, answer.headers
+    ),
 ) -> Steps:
     """Every key at most once; the answer when it is not a key problem.
 
@@ -65,6 +68,7 @@ def rotation(
     or auth rejection (the client's own credentials are not what failed); `None` when the
     free keys were all tried, and then the last answer stands. A status in `rotate_on` moves
     to the next untried free key, cooling nothing; when none is free, its answer stands.
+    `read` turns an answer into the evidence recorded.
     """
     admitted = first()  # a CooldownError here propagates: nothing has been sent
     tried: set[str] = set()
@@ -76,7 +80,7 @@ def rotation(
             answer = yield admitted[0]
             if answer.retried:
                 retried()
-            evidence = recording_context(answer.status, answer.headers)
+            evidence = read(answer)
             record(admitted, answer, evidence)
             outcome = evidence.get("outcome") or classify_status(answer.status)
             served = outcome.provider_health == "success"  # even if its window is now spent
