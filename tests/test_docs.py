@@ -129,3 +129,19 @@ def test_block_runs_and_its_routes_answer(path: Path, code: str) -> None:
             if "POST" in (rule.methods or ()) and not rule.arguments:
                 response = client.post(rule.rule, json=BODY)
                 assert response.status_code < 500, (rule.rule, response.get_data(as_text=True))
+
+
+TEST_REFERENCE = re.compile(r"tests/[\w/]+\.py(?:::[\w*]+)?")
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {ref for page in pages for ref in TEST_REFERENCE.findall(page.read_text())}
+    assert len(named) >= 10
+    for reference in sorted(named):
+        path, _, test = reference.partition("::")
+        assert (ROOT / path).is_file(), reference
+        if test:
+            pattern = re.escape(test).replace(r"\*", r"\w*")
+            source = (ROOT / path).read_text()
+            assert re.search(rf"def {pattern}\(", source), reference
