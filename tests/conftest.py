@@ -46,6 +46,7 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def forget_everything() -> None:
     from cooldown.shared.observations import share_when_configured
 
+    config.forget_app_config()
     share_when_configured(model_cooldown, config.CooldownSettings())  # detach, close Redis
     model_cooldown.reset()
     window_learner.reset()

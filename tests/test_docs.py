@@ -97,6 +97,9 @@ def documented_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import httpx2
     import requests
 
+    from cooldown import CredentialPool
+
+    monkeypatch.setattr(CredentialPool, "_providers", dict(CredentialPool._providers))
     monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
     for base in (
         "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL",

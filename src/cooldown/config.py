@@ -18,6 +18,7 @@ from .redisurl import parse_redis_url
 __all__ = [
     "FORWARDED_ENV",
     "CooldownSettings",
+    "apply_app_config",
     "bounded_int",
     "environment_value",
     "settings",
@@ -107,7 +108,7 @@ warnings_suppressed_total = 0
 _warned_lock = new_lock(sys.modules[__name__], "_warned_lock")
 
 
-def warn_once(name: str, message: str) -> None:
+def warn_once(name: str, message: str, *, level: int = logging.WARNING) -> None:
     """Log `message` (formatted with the variable's name) once per name and message."""
     global warnings_suppressed_total
     with _warned_lock:
@@ -117,7 +118,7 @@ def warn_once(name: str, message: str) -> None:
             warnings_suppressed_total += 1
             return
         _warned.add((name, message))
-    logger.warning(message, name)
+    logger.log(level, message, name)
 
 
 def warn_sharing_off(name: str) -> None:
@@ -307,21 +308,72 @@ def _decoded(raw: tuple[Any, ...]) -> tuple[str | None, ...]:
     return tuple(None if value is None else decode(value) for value in raw)
 
 
-_last_read: list[Any] = [None, CooldownSettings()]  # the raw values last read, and their parse
+_MALFORMED_APP_VALUE = "\x00 malformed app.config value"
+"""What an `app.config` value of the wrong type stands for: every parser refuses it."""
+_app_overrides: tuple[str | None, ...] = (None,) * len(_PARSED_ENV)
+"""The process settings `init_app` read from `app.config`, by `_PARSED_ENV` position."""
+_overrides_lock = new_lock(sys.modules[__name__], "_overrides_lock")
+
+
+def _as_setting(value: object) -> str:
+    """An `app.config` value in the environment's terms: booleans and ints as such."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, str)):
+        return str(value)
+    return _MALFORMED_APP_VALUE
+
+
+def apply_app_config(config: Mapping[str, object]) -> None:
+    """Let `app.config`'s MODEL_COOLDOWN_* process settings override the environment.
+
+    A name a later call sets to another value warns once (naming it) and the later value
+    stands; a name it does not set keeps the earlier override.
+    """
+    global _app_overrides
+    with _overrides_lock:
+        merged = list(_app_overrides)
+        for position, name in enumerate(_PARSED_ENV):
+            if name not in config or config[name] is None:
+                continue
+            value = _as_setting(config[name])
+            if merged[position] not in (None, value):
+                warn_once(name, "%s differs between init_app calls; the later value stands")
+            merged[position] = value
+        _app_overrides = tuple(merged)
+
+
+def forget_app_config() -> None:
+    """Back to the environment alone (tests)."""
+    global _app_overrides
+    _app_overrides = (None,) * len(_PARSED_ENV)
+
+
+def _with_overrides(
+    values: tuple[str | None, ...], overrides: tuple[str | None, ...]
+) -> tuple[str | None, ...]:
+    return tuple(v if o is None else o for v, o in zip(values, overrides, strict=True))
+
+
+_last_read: list[Any] = [None, None, CooldownSettings()]  # raw values, overrides, their parse
 
 
 def settings(environ: Mapping[str, str] | None = None) -> CooldownSettings:
-    """Read the settings now, so a changed environment applies to the next call."""
+    """Read the settings now, so a changed environment applies to the next call.
+
+    With no `environ`, what `init_app` read from `app.config` overrides the environment.
+    """
     if environ is None:  # the hot path: os.environ holds only strings
         data = getattr(os.environ, "_data", None)
         if not isinstance(data, dict) or _ENCODED_NAMES is None:
-            return _parse(_process_environment())
+            return _parse(_with_overrides(_process_environment(), _app_overrides))
         raw = tuple(map(data.get, _ENCODED_NAMES))
-        last_raw, last = _last_read
-        if raw == last_raw:  # unchanged since the last call: no decoding, no cache lookups
+        last_raw, last_overrides, last = _last_read
+        if raw == last_raw and _app_overrides is last_overrides:  # nothing changed
             return last  # type: ignore[no-any-return]
-        current = _parse(_decoded(raw))
-        _last_read[:] = [raw, current]
+        overrides = _app_overrides
+        current = _parse(_with_overrides(_decoded(raw), overrides))
+        _last_read[:] = [raw, overrides, current]
         return current
     if not isinstance(environ, Mapping):
         raise TypeError("environ must be a mapping of str to str")

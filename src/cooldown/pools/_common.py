@@ -83,17 +83,28 @@ def status_code(status: object) -> int:
     return status
 
 
-def scoped_settings(model: object, quota_bucket: object) -> CooldownSettings | None:
+UNSCOPED_WARNING = (
+    "provider %s: called with model cooldown on but no model or quota_bucket; the call takes "
+    "the legacy provider-wide path (pass model= to cool one model)"
+)
+
+
+def scoped_settings(
+    model: object, quota_bucket: object, provider: str | None = None
+) -> CooldownSettings | None:
     """The settings when this call takes the scoped path, else `None`.
 
     The scoped path needs the feature enabled and a non-empty model or bucket; anything
-    else keeps the legacy provider-wide behaviour.
+    else keeps the legacy provider-wide behaviour. A pool call naming its `provider` that
+    has the feature on but no model or bucket says so, once per provider.
     """
     if quota_bucket is not None or type(model) is not str:  # the common call checks nothing
         for value, name in ((model, "model"), (quota_bucket, "quota_bucket")):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a str or None")
     if not (model or quota_bucket):
+        if provider is not None and settings().enabled:
+            warn_once(provider, UNSCOPED_WARNING)
         return None
     current = settings()
     if not current.enabled:
@@ -108,9 +119,11 @@ def shared_state_configured() -> bool:
     return current.enabled and current.redis_url is not None
 
 
-def scoped_max_seconds(model: object, quota_bucket: object) -> int | None:
+def scoped_max_seconds(
+    model: object, quota_bucket: object, provider: str | None = None
+) -> int | None:
     """The configured maximum when this call takes the scoped path, else `None`."""
-    current = scoped_settings(model, quota_bucket)
+    current = scoped_settings(model, quota_bucket, provider)
     return None if current is None else current.max_seconds
 
 

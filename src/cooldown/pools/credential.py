@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
@@ -14,6 +15,7 @@ from ._common import (
     scoped_settings,
     shared_state_configured,
 )
+from .code_keys import CodeKeys, KeySource
 from .dispatching import check_advice, steps_for
 from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
@@ -27,6 +29,20 @@ _Response = TypeVar("_Response")
 ENV_PREFIX = "CODEX_EVERYWHERE_API_KEY"
 
 
+def _variable_name(base_env: object) -> str:
+    """A name the environment can hold: text the file system encoding takes, without `=`
+    or NUL (anything else could never be set, and would break every status page)."""
+    if not isinstance(base_env, str):
+        raise TypeError("base_env must be a str")
+    if not base_env or "=" in base_env or "\0" in base_env:
+        raise ValueError("base_env must be a non-empty environment variable name")
+    try:
+        os.fsencode(base_env)
+    except UnicodeEncodeError:
+        raise ValueError("base_env must be a name the environment can hold") from None
+    return base_env
+
+
 class CredentialPool(KeyRecording):
     """Provider key pools, used on the class: `CredentialPool.select("ce-gpt-plus")`.
 
@@ -37,7 +53,7 @@ class CredentialPool(KeyRecording):
 
     _lock: ClassVar[threading.Lock]  # the registry; never held across Redis
     _legacy: ClassVar[LegacyRests] = LegacyRests()
-    _providers: ClassVar[dict[str, str]] = {
+    _providers: ClassVar[dict[str, str | CodeKeys]] = {
         "ce-gpt-plus": f"{ENV_PREFIX}_GPT_PLUS_POOL",
         "ce-gpt-pro": f"{ENV_PREFIX}_GPT_PRO_POOL",
         "ce-grok-heavy": f"{ENV_PREFIX}_GROK_HEAVY",
@@ -50,14 +66,24 @@ class CredentialPool(KeyRecording):
     # -- registry -----------------------------------------------------------------------------
 
     @classmethod
-    def register(cls, provider: str, base_env: str) -> None:
-        """Pool `provider`'s keys from `base_env` and `base_env_<n>`."""
-        if not isinstance(provider, str) or not provider:
+    def register(
+        cls, provider: str, base_env: str | None = None, *, keys: KeySource | None = None
+    ) -> None:
+        """Pool `provider`'s keys from the variables `base_env` and `base_env_<n>`, or from
+        `keys`: a sequence of strings, or a zero-argument callable returning one (read again
+        when its last result is more than a second old). Registering again replaces the
+        provider's source."""
+        if not isinstance(provider, str):
+            raise TypeError("provider must be a str")
+        if not provider:
             raise ValueError("provider must be a non-empty str")
-        if not isinstance(base_env, str) or not base_env:
-            raise ValueError("base_env must be a non-empty str")
+        if (base_env is None) == (keys is None):
+            raise TypeError("register needs exactly one of base_env and keys")
+        source: str | CodeKeys = (
+            _variable_name(base_env) if keys is None else CodeKeys(provider, keys)
+        )
         with cls._lock:
-            cls._providers[provider] = base_env
+            cls._providers[provider] = source
 
     @classmethod
     def pooled(cls, provider: str) -> bool:

@@ -109,7 +109,7 @@ def steps_for(
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
         scope["quota_bucket"] = quota_bucket
-    current = scoped_settings(scope.get("model"), scope.get("quota_bucket"))
+    current = scoped_settings(scope.get("model"), scope.get("quota_bucket"), provider)
     if current is None:
         return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
             first=lambda: _keyed(pool.select(provider, affinity=affinity, now=now, **scope)),

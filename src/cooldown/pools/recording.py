@@ -57,7 +57,7 @@ class KeyRecording(KeySelection):
         started (monotonic; default now), so a success sent before a throttle reopens nothing."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        current = scoped_settings(model, quota_bucket)
+        current = scoped_settings(model, quota_bucket, provider)
         if key is None or key == "" or provider not in cls._providers:
             return
         if not isinstance(key, str):

@@ -8,6 +8,7 @@ from typing import ClassVar
 from ..arguments import require_keys, resolve_now
 from ..store import Order, model_cooldown
 from ._common import by_affinity, check_affinity, scoped_max_seconds
+from .code_keys import CodeKeys
 from .discovery import discover, numbered_keys
 from .legacy import LegacyRests
 
@@ -18,15 +19,20 @@ class KeySelection:
     """`keys`, `available`, `eligible` and `select`, mixed into `CredentialPool`."""
 
     _legacy: ClassVar[LegacyRests]
-    _providers: ClassVar[dict[str, str]]  # provider -> the base variable of its keys
+    _providers: ClassVar[dict[str, str | CodeKeys]]  # the base variable of its keys, or code
 
     @classmethod
     def keys(cls, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
-        """The configured keys in order; `[]` for a provider that is not registered."""
-        base = cls._providers.get(provider)
-        if base is None:
+        """The configured keys in order; `[]` for a provider that is not registered.
+
+        `environ` stands in for the process environment; keys given in code ignore it.
+        """
+        source = cls._providers.get(provider)
+        if source is None:
             return []
-        return discover(base, numbered_keys(base), environ)
+        if isinstance(source, CodeKeys):
+            return source.current()
+        return discover(source, numbered_keys(source), environ)
 
     @classmethod
     def available(
@@ -76,7 +82,7 @@ class KeySelection:
         raise_when_empty: bool,
     ) -> list[str]:
         affinity = check_affinity(affinity)
-        max_seconds = scoped_max_seconds(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket, provider)
         candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
         rests = cls._legacy.live(provider, candidates, current_time)
@@ -112,7 +118,7 @@ class KeySelection:
         Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched. With
         an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
         """
-        max_seconds = scoped_max_seconds(model, quota_bucket)
+        max_seconds = scoped_max_seconds(model, quota_bucket, provider)
         candidates = cls.keys(provider)
         if check_affinity(affinity) is not None and max_seconds is not None:
             candidates, order = by_affinity(candidates, affinity), "configured"  # rendezvous

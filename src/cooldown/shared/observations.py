@@ -7,6 +7,8 @@ secret. Every write and every lookup is one Lua script, one round trip.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import logging
 import math
@@ -18,7 +20,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..config import REDIS_URL_ENV, CooldownSettings, warn_sharing_off
+from ..config import (
+    REDIS_SECRET_ENV,
+    REDIS_URL_ENV,
+    CooldownSettings,
+    warn_once,
+    warn_sharing_off,
+)
 from ..evidence.learn import LearnedWindow
 from ..forksafe import new_lock
 from ..redisurl import parse_redis_url
@@ -37,6 +45,12 @@ FIRST_BACKOFF_SECONDS = 1.0
 LONGEST_BACKOFF_SECONDS = 30.0
 CLOCK_SKEW_SECONDS = 10.0
 """How far another host's clock may run ahead before its deadlines count as too late."""
+SECRET_CHECK_LABEL = b"model-cooldown shared secret check"
+SECRET_MISMATCH_WARNING = (
+    "%s differs from the secret another process already shares this Redis prefix with: "
+    "sharing is split (each secret derives other ids). Give every process the same secret; "
+    "after rotating it everywhere, delete the prefix's secret-check key"
+)
 UNRELEASED = 1024
 """Attempts whose end did not reach Redis, kept to release when it answers again."""
 
@@ -80,7 +94,7 @@ class ScriptCalls:
             client = connect(self._endpoint, self._timeout)
             self._scripts = {
                 name: client.register_script(getattr(shared_scripts, name.upper()))
-                for name in ("record", "clear", "lookup", "start", "end", "release")
+                for name in ("record", "clear", "lookup", "start", "end", "release", "secret_check")
             }
             self._client = client
         return self._client
@@ -196,8 +210,25 @@ class RedisObservations(ScriptCalls):
         self._nonce = secrets.token_hex(4)  # with the pid: leases never collide
         self._max_entries = max_entries
 
+        self._secret_check_key = f"{{{prefix}}}:{shared_scripts.SECRET_CHECK_KEY}"
+
     def __repr__(self) -> str:
         return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
+
+    def check_secret(self, secret: bytes) -> bool | None:
+        """Whether this process shares the secret of the first process that wrote under the
+        prefix (`None`: Redis did not answer). A mismatch splits the fleet silently, since
+        each secret derives other ids: it is logged once. Run once, when a store attaches;
+        a failure here is left to the first real call to notice (no backoff starts here)."""
+        mine = hmac.new(secret, SECRET_CHECK_LABEL, hashlib.sha256).hexdigest()
+        try:
+            theirs = self._script("secret_check")(keys=[self._secret_check_key], args=[mine])
+        except Exception:
+            return None
+        same = hmac.compare_digest(theirs if isinstance(theirs, bytes) else b"", mine.encode())
+        if not same:
+            warn_once(REDIS_SECRET_ENV, SECRET_MISMATCH_WARNING)
+        return same
 
     def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None:
         args = [*self._window(now, max_seconds), entry, self._to_wall_ms(deadline)]
@@ -360,24 +391,29 @@ def share_when_configured(store: ModelCooldown, current: CooldownSettings) -> No
             current.redis_prefix,
             current.redis_timeout_ms,
         )
+    attached = None
     with _attach_lock:
         if wanted != _attached:
-            _attach(store, wanted)
+            attached = _attach(store, wanted)
         _last_seen = current
+    if attached is not None and wanted is not None:  # Redis I/O: after the lock is released
+        attached.check_secret(wanted[1].encode())
 
 
-def _attach(store: ModelCooldown, wanted: _Wanted | None) -> None:
+def _attach(store: ModelCooldown, wanted: _Wanted | None) -> RedisObservations | None:
+    """Attach `store` to the wanted Redis (or none); the backend attached, if any."""
     global _attached
     previous = store.detach_shared()
     if isinstance(previous, RedisObservations):
         previous.close()
     _attached = wanted
     if wanted is None:
-        return
+        return None
     url, secret, prefix, timeout_ms = wanted
     try:
         backend = RedisObservations(url, prefix=prefix, socket_timeout=timeout_ms / 1000)
     except ValueError:  # settings validated it; this only guards a direct caller's URL
         warn_sharing_off(REDIS_URL_ENV)
-        return
+        return None
     store.attach_shared(backend, secret=secret.encode())
+    return backend

@@ -9,7 +9,26 @@ sees it. ARGV[1..3] is always now, limit, truncate.
 
 from __future__ import annotations
 
-__all__ = ["CLEAR", "END", "KEY_NAMES", "LOOKUP", "RECORD", "RELEASE", "START"]
+__all__ = [
+    "CLEAR",
+    "END",
+    "KEY_NAMES",
+    "LOOKUP",
+    "RECORD",
+    "RELEASE",
+    "SECRET_CHECK",
+    "SECRET_CHECK_KEY",
+    "START",
+]
+
+SECRET_CHECK_KEY = "secret-check"
+"""`{prefix}:secret-check`: an HMAC of a fixed label under the fleet's secret (SPEC §20)."""
+
+SECRET_CHECK = """
+-- The first writer's check value wins; every process compares its own with it.
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+"""
 
 KEY_NAMES = (
     "deadlines",  # zset: id -> cooldown deadline

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
-from flask import Flask, Response, current_app, has_app_context
+from flask import Response, current_app, has_app_context
 
 from ..errors import APIError, CooldownError
 
 __all__ = [
     "ERROR_FORMATS",
     "ErrorFormat",
+    "api_error_body",
     "api_error_response",
     "cooldown_error_response",
+    "error_body",
     "error_format",
     "expose_retry_after",
     "expose_when_present",
@@ -25,6 +27,7 @@ ERROR_FORMAT_CONFIG = "MODEL_COOLDOWN_ERROR_FORMAT"
 FORMAT_EXTENSION = "cooldown.error_format"
 
 ErrorFormat: TypeAlias = Literal["cooldown", "openai"]
+_R = TypeVar("_R", bound=Response)  # a Flask response, or a Quart one (same headers type)
 ERROR_FORMATS: tuple[ErrorFormat, ...] = ("cooldown", "openai")
 
 
@@ -33,7 +36,7 @@ def _json_response(body: dict[str, object], status: int) -> Response:
     return Response(json.dumps(body), status=status, mimetype="application/json")
 
 
-def expose_retry_after(response: Response) -> Response:
+def expose_retry_after(response: _R) -> _R:
     """Merge every `Access-Control-Expose-Headers` field into one, plus `Retry-After`.
 
     Flask-CORS adds a field of its own next to any the app set: every name already exposed
@@ -49,14 +52,19 @@ def expose_retry_after(response: Response) -> Response:
     return response
 
 
-def api_error_response(error: APIError) -> Response:
-    """The generic handler: JSON body, no `Retry-After`, no internals in 5xx messages."""
+def api_error_body(error: APIError) -> dict[str, object]:
+    """The generic body: no internals in 5xx messages."""
     if not isinstance(error, APIError):
         raise TypeError("api_error_response handles APIError instances")
     body = error.to_dict()
     if error.status_code >= 500 and not isinstance(error, CooldownError):
         body["message"] = GENERIC_SERVER_ERROR
-    return _json_response(body, error.status_code)
+    return body
+
+
+def api_error_response(error: APIError) -> Response:
+    """The generic handler: JSON body, no `Retry-After`, no internals in 5xx messages."""
+    return _json_response(api_error_body(error), error.status_code)
 
 
 def error_body(error: CooldownError, error_format: ErrorFormat) -> dict[str, object]:
@@ -96,7 +104,7 @@ def expose_when_present(response: Response) -> Response:
     return response
 
 
-def error_format(app: Flask, chosen: str | None) -> ErrorFormat:
+def error_format(app: Any, chosen: str | None) -> ErrorFormat:
     """The format asked for, else the app's `MODEL_COOLDOWN_ERROR_FORMAT`, else `"cooldown"`."""
     if chosen is None:
         chosen = app.config.get(ERROR_FORMAT_CONFIG, "cooldown")

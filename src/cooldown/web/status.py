@@ -10,7 +10,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any, TypeGuard
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from ..config import STATUS_TOKEN_ENV, warn_once
 from ..pools import CredentialPool
@@ -92,6 +92,15 @@ def _lookup() -> tuple[str | None, str | None, bool]:
     )
 
 
+def flask_only(app: object) -> Flask:
+    if not isinstance(app, Flask):
+        raise TypeError(
+            "status_blueprint() is for Flask apps only; on Quart, init_app gives the error "
+            "handlers and the status surface is not served"
+        )
+    return app
+
+
 def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
     """`GET <prefix>/` (page), `/status`, `/status/<provider>` (GET or POST) and `/metrics`.
 
@@ -103,7 +112,7 @@ def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
     if not isinstance(url_prefix, str) or not url_prefix.startswith("/"):
         raise TypeError("url_prefix must be a str starting with '/'")
     blueprint = Blueprint("cooldown_status", __name__, url_prefix=url_prefix)
-    blueprint.record_once(lambda state: check_token(state.app))
+    blueprint.record_once(lambda state: check_token(flask_only(state.app)))
 
     def route(rule: str, methods: list[str]) -> Callable[[Callable[..., Any]], Any]:
         return blueprint.route(rule, methods=methods, provide_automatic_options=False)

@@ -1,0 +1,91 @@
+"""Keys handed over in code: a list, or a callable a gateway reads its secret manager with.
+
+A callable is called on first use and again once its last result is more than a second old,
+never more often, and never under a lock (it may do I/O). Its result is checked like the
+environment's: placeholders skipped, duplicates dropped in order, anything but strings a
+`TypeError` that names the provider and never the value. When it raises, the last good
+list stands, with one warning per provider that does not quote the exception.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeAlias
+
+from ..config import warn_once
+from ..forksafe import new_lock
+from ._common import unique_stripped, without_placeholders
+
+__all__ = ["REFRESH_SECONDS", "CodeKeys", "KeySource"]
+
+REFRESH_SECONDS = 1.0
+FIRST_CALL_WAIT_SECONDS = 10.0
+"""How long a caller waits for another thread's first call to the source, at most."""
+
+KeySource: TypeAlias = Sequence[str] | Callable[[], Sequence[str]]
+
+
+def _checked(provider: str, values: object) -> list[str]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"keys for provider {provider!r} must be a sequence of strings")
+    listed = list(values)
+    if not all(isinstance(value, str) for value in listed):
+        raise TypeError(f"keys for provider {provider!r} must all be strings")
+    return unique_stripped(without_placeholders(listed, f"keys for provider {provider!r}"))
+
+
+class CodeKeys:
+    """One provider's keys from code; `current()` is what the pool selects among now."""
+
+    def __init__(self, provider: str, source: KeySource) -> None:
+        self._provider = provider
+        self._call: Callable[[], Sequence[str]] | None = None
+        self._keys: list[str] = []
+        self._read_at: float | None = None
+        self._first = threading.Event()
+        self._refreshing = False
+        self._lock = new_lock(self)
+        if callable(source):
+            self._call = source
+        else:
+            self._keys = _checked(provider, source)
+            self._first.set()
+
+    def current(self) -> list[str]:
+        if self._call is None:
+            return list(self._keys)
+        now = time.monotonic()
+        with self._lock:
+            due = self._read_at is None or now - self._read_at >= REFRESH_SECONDS
+            mine = due and not self._refreshing
+            if mine:
+                self._refreshing, self._read_at = True, now
+        if not mine:
+            self._first.wait(FIRST_CALL_WAIT_SECONDS)  # set at once after the first call
+            return list(self._keys)
+        try:
+            fresh = self._fresh(self._call)
+        finally:
+            with self._lock:
+                self._refreshing = False
+            self._first.set()
+        if fresh is not None:
+            self._keys = fresh
+        return list(self._keys)
+
+    def _fresh(self, call: Callable[[], Sequence[str]]) -> list[str] | None:
+        """The source's keys now; `None` (the last good list stands) when it raises."""
+        try:
+            result = call()
+        except Exception:  # its text may quote a secret: never logged
+            warn_once(
+                self._provider,
+                "provider %s: its keys= callable raised; the last good keys are used",
+            )
+            return None
+        return _checked(self._provider, result)
+
+    def __repr__(self) -> str:
+        return f"CodeKeys({self._provider!r}, {len(self._keys)} keys)"

@@ -1,0 +1,82 @@
+"""Two processes with different `MODEL_COOLDOWN_REDIS_SECRET`s on one prefix share nothing;
+the second to attach says so once (SPEC §20), through `{prefix}:secret-check`."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from cooldown import CredentialPool, ModelCooldown
+from cooldown.shared.observations import RedisObservations
+
+from ..conftest import free_port
+
+SECRET = "s" * 32
+OTHER = "o" * 32
+
+
+def attached(redis_url: str, prefix: str, secret: str) -> RedisObservations:
+    backend = RedisObservations(redis_url, prefix=prefix)
+    ModelCooldown().attach_shared(backend, secret=secret.encode())
+    return backend
+
+
+def test_the_first_writer_wins_and_a_different_secret_is_told_once(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    first, second, third = (attached(redis_url, prefix, s) for s in (SECRET, OTHER, SECRET))
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        assert first.check_secret(SECRET.encode()) is True
+        assert second.check_secret(OTHER.encode()) is False
+        assert second.check_secret(OTHER.encode()) is False
+        assert third.check_secret(SECRET.encode()) is True
+    split = [r for r in caplog.records if "split" in r.getMessage()]
+    assert len(split) == 1
+    assert "MODEL_COOLDOWN_REDIS_SECRET" in split[0].getMessage()
+    assert SECRET not in caplog.text
+    assert OTHER not in caplog.text
+    for backend in (first, second, third):
+        backend.close()
+
+
+def test_the_check_value_is_an_hmac_not_the_secret(redis_url: str, prefix: str) -> None:
+    import redis
+
+    backend = attached(redis_url, prefix, SECRET)
+    backend.check_secret(SECRET.encode())
+    client = redis.Redis.from_url(redis_url)
+    stored = client.get(f"{{{prefix}}}:secret-check")
+    client.close()
+    backend.close()
+    assert stored is not None
+    assert SECRET.encode() not in stored
+    assert len(stored) == 64  # hex SHA-256
+
+
+def test_a_pool_attaching_with_another_secret_warns(
+    redis_url: str,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warnings: None,
+) -> None:
+    attached(redis_url, prefix, SECRET).check_secret(SECRET.encode())  # another host, first
+    monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL", "sk-one")
+    for name, value in {
+        "MODEL_COOLDOWN_ENABLED": "true",
+        "MODEL_COOLDOWN_REDIS_URL": redis_url,
+        "MODEL_COOLDOWN_REDIS_SECRET": OTHER,
+        "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
+    }.items():
+        monkeypatch.setenv(name, value)
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        assert CredentialPool.select("ce-gpt-plus", model="gpt-4o") == "sk-one"
+    assert [r for r in caplog.records if "split" in r.getMessage()]
+
+
+def test_an_unreachable_redis_at_attach_is_no_verdict_and_starts_no_backoff() -> None:
+    backend = RedisObservations(f"redis://127.0.0.1:{free_port()}/0", prefix="unused")
+    assert backend.check_secret(SECRET.encode()) is None
+    assert backend.stats()["shared_degraded"] is False  # the first real call decides
+    backend.close()

@@ -1,0 +1,129 @@
+"""`init_app` reads the process settings from `app.config`, and says what it would do silently."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from flask import Flask
+
+from cooldown import CredentialPool, init_app, settings
+
+P = "ce-gpt-plus"
+BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
+
+
+def app_with(**config: object) -> Flask:
+    app = Flask("configured")
+    app.config.update(config)
+    init_app(app)
+    return app
+
+
+def test_app_config_turns_the_feature_on() -> None:
+    assert not settings().enabled
+    app_with(MODEL_COOLDOWN_ENABLED=True, MODEL_COOLDOWN_MAX_SECONDS=120)
+    current = settings()
+    assert current.enabled
+    assert current.max_seconds == 120
+
+
+def test_app_config_overrides_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+    monkeypatch.setenv("MODEL_COOLDOWN_LEARN", "shadow")
+    app_with(MODEL_COOLDOWN_ENABLED="off")
+    assert not settings().enabled
+    assert settings().learn == "shadow"  # a name app.config does not set: the environment
+    assert settings({"MODEL_COOLDOWN_ENABLED": "true"}).enabled  # an explicit mapping is as given
+
+
+def test_booleans_ints_and_strings_follow_the_environment_rules() -> None:
+    app_with(
+        MODEL_COOLDOWN_ENABLED="yes",
+        MODEL_COOLDOWN_LEASE_SECONDS=60,
+        MODEL_COOLDOWN_FIRST_DELAY="7",
+        MODEL_COOLDOWN_LEARN="apply",
+    )
+    current = settings()
+    assert (current.enabled, current.lease_seconds, current.first_delay, current.learn) == (
+        True,
+        60,
+        7,
+        "apply",
+    )
+
+
+@pytest.mark.parametrize("value", [1.5, [True], {"on": True}, "maybe", 0])
+def test_a_malformed_value_is_logged_once_by_name_and_disables_as_in_the_environment(
+    value: object, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    with caplog.at_level(logging.INFO, "cooldown"):
+        app_with(MODEL_COOLDOWN_ENABLED=True, MODEL_COOLDOWN_MAX_SECONDS=value)
+        settings()
+    assert not settings().enabled
+    malformed = [r for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(malformed) == 1
+    assert "MODEL_COOLDOWN_MAX_SECONDS" in malformed[0].getMessage()
+    assert str(value) not in malformed[0].getMessage().replace("MODEL_COOLDOWN_MAX_SECONDS", "")
+
+
+def test_a_later_init_app_that_disagrees_warns_once_and_wins(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    app_with(MODEL_COOLDOWN_ENABLED=True, MODEL_COOLDOWN_MAX_SECONDS=120)
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        app_with(MODEL_COOLDOWN_MAX_SECONDS=90)
+        app_with(MODEL_COOLDOWN_MAX_SECONDS=60)
+    assert settings().max_seconds == 60
+    assert settings().enabled  # not set by the later calls: the earlier override stands
+    differs = [r for r in caplog.records if "differs" in r.getMessage()]
+    assert len(differs) == 1
+    assert "MODEL_COOLDOWN_MAX_SECONDS" in differs[0].getMessage()
+    assert "90" not in differs[0].getMessage()
+
+
+def test_init_app_says_once_when_the_feature_is_off(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    with caplog.at_level(logging.INFO, "cooldown"):
+        app_with()
+        app_with()
+    off = [r for r in caplog.records if "legacy" in r.getMessage()]
+    assert len(off) == 1
+    assert off[0].levelno == logging.INFO
+
+
+def test_init_app_says_nothing_when_the_feature_is_on(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    with caplog.at_level(logging.INFO, "cooldown"):
+        app_with(MODEL_COOLDOWN_ENABLED=True)
+    assert not [r for r in caplog.records if "legacy" in r.getMessage()]
+
+
+def test_a_pool_call_without_model_warns_once_per_provider(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    monkeypatch.setenv(BASE, "sk-one-0123456789")
+    app_with(MODEL_COOLDOWN_ENABLED=True)
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        CredentialPool.select(P)
+        CredentialPool.available(P)
+        CredentialPool.record(P, "sk-one-0123456789", 200)
+        CredentialPool.select("ce-gpt-pro")
+        CredentialPool.select(P, model="gpt-4o")
+    unscoped = [r.getMessage() for r in caplog.records if "no model" in r.getMessage()]
+    assert len(unscoped) == 2
+    assert any(P in message for message in unscoped)
+    assert any("ce-gpt-pro" in message for message in unscoped)
+    assert "sk-one" not in caplog.text
+
+
+def test_no_unscoped_warning_while_the_feature_is_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    monkeypatch.setenv(BASE, "sk-one")
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        CredentialPool.select(P)
+        CredentialPool.status(P)
+    assert not [r for r in caplog.records if "no model" in r.getMessage()]
