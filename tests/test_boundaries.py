@@ -240,11 +240,11 @@ def test_a_forked_child_gets_usable_locks(
 
 def test_legacy_map_is_bounded_by_its_live_rests() -> None:
     largest = 0
-    for index in range(200_000):  # one new key a second, each resting 300 s
-        CredentialPool.record("ce-gpt-plus", f"sk-{index}", 401, now=float(index))
+    for index in range(200_000):  # a new key every 0.4 s (80 000 s in all), each resting 300 s
+        CredentialPool.record("ce-gpt-plus", f"sk-{index}", 401, now=index * 0.4)
         largest = max(largest, len(CredentialPool._legacy))
     assert largest <= 1024
-    assert CredentialPool.available("ce-gpt-plus", ["sk-199999"], now=199_999.0) == []
+    assert CredentialPool.available("ce-gpt-plus", ["sk-199999"], now=199_999 * 0.4) == []
 
 
 def test_live_legacy_rests_are_never_dropped() -> None:
@@ -481,3 +481,20 @@ def test_placeholders_are_not_nanogpt_keys(
 def test_a_real_key_that_merely_contains_a_placeholder_word_is_kept() -> None:
     env = {"NANOGPT_API_KEY": "sk-changeme-not-really", "NANOGPT_API_KEY_1": "your"}
     assert configured_nanogpt_keys(env) == ["sk-changeme-not-really", "your"]
+
+
+def test_a_lowered_maximum_shortens_a_credential_wide_rejection_in_both_pools(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BASE, "sk-only")
+    CredentialPool.record("ce-gpt-plus", "sk-only", 401, model="m", retry_after_seconds=3000, now=0)
+    NanoGPTKeyPool.invalidate("nano-only", 401, model="m", retry_after_seconds=3000, now=0)
+    monkeypatch.setenv("MODEL_COOLDOWN_MAX_SECONDS", "10")
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        CredentialPool.select("ce-gpt-plus", model="other", now=100)
+    assert raised.value.retry_after == 10  # what the client is told is also what holds
+    with pytest.raises(ModelCooldownExhausted) as nano_raised:
+        NanoGPTKeyPool.select_available_key(["nano-only"], model="other", now=100)
+    assert nano_raised.value.retry_after == 10
+    assert CredentialPool.select("ce-gpt-plus", model="other", now=110) == "sk-only"
+    assert NanoGPTKeyPool.select_available_key(["nano-only"], model="other", now=110) == "nano-only"

@@ -173,3 +173,24 @@ def test_url_without_the_redis_package_is_malformed(
     with caplog.at_level(logging.WARNING, logger="cooldown"):
         assert settings(env) == CooldownSettings(enabled=True)
     assert "MODEL_COOLDOWN_REDIS_URL is malformed" in caplog.text
+
+
+def test_the_redis_secret_and_url_never_leave_by_pickle_or_asdict() -> None:
+    import dataclasses
+    import pickle
+
+    current = settings(
+        {
+            "MODEL_COOLDOWN_ENABLED": "true",
+            "MODEL_COOLDOWN_REDIS_URL": "redis://:hunter2-password@127.0.0.1:6379/0",
+            "MODEL_COOLDOWN_REDIS_SECRET": "secret-" + "s" * 40,
+        }
+    )
+    assert current.redis_url is not None  # usable as the string it is
+    assert current.redis_url.startswith("redis://")
+    assert "hunter2" not in repr(current)
+    with pytest.raises(TypeError, match="secret"):
+        pickle.dumps(current)
+    with pytest.raises(TypeError, match="secret"):
+        dataclasses.asdict(current)
+    assert "hunter2" not in repr(current.redis_url)

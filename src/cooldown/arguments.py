@@ -22,7 +22,8 @@ __all__ = [
     "wall_clock",
 ]
 
-A_YEAR = 365 * 24 * 3600.0
+A_DAY = 24 * 3600.0
+A_YEAR = 365 * A_DAY
 _EXACT_INT = 2**53
 LARGEST_NOW = 1e12
 """Monotonic seconds (about 31,700 years): a larger `now` is a caller's mistake, not a time."""
@@ -60,19 +61,36 @@ def finite_number(value: object, name: str) -> float:
     return number
 
 
-def resolve_now(now: float | None) -> float:
-    """The caller's monotonic `now`, validated, or the clock when it is `None`."""
+_horizon = [time.monotonic() + A_DAY]
+"""A day past the monotonic clock when last read: a `now` below it needs no clock read."""
+
+
+def resolve_now(now: float | None, name: str = "now") -> float:
+    """The caller's monotonic `now`, validated, or the clock when it is `None`.
+
+    A `now` more than a day ahead of `time.monotonic()` is refused (milliseconds or the
+    wall clock by mistake): it would expire every cooldown, the fleet's shared ones too. So
+    is a negative one (no monotonic clock reads below 0).
+    """
     if now is None:
         return time.monotonic()
-    if type(now) is float and -LARGEST_NOW <= now <= 1e9:  # finite, and no wall-clock time
+    if type(now) is float and 0.0 <= now <= _horizon[0]:  # finite, and not ahead
         return now
-    current = finite_number(now, "now")
+    current = finite_number(now, name)
     if not -LARGEST_NOW <= current <= LARGEST_NOW:
-        raise ValueError("now must be monotonic seconds (time.monotonic()), not a huge number")
+        raise ValueError(f"{name} must be monotonic seconds (time.monotonic()), not a huge number")
+    if current < 0:
+        raise ValueError(f"{name} must be time.monotonic() seconds, never negative")
     if current > 1e9 and abs(current - time.time()) < A_YEAR < abs(current - time.monotonic()):
         # Within a year of the wall clock (over 10^9 s) and far from the monotonic clock:
         # time.time() by mistake, which would expire every other caller's cooldowns at once.
-        raise ValueError("now must be time.monotonic(), not time.time()")
+        raise ValueError(f"{name} must be time.monotonic(), not time.time()")
+    if current > _horizon[0]:
+        _horizon[0] = time.monotonic() + A_DAY
+        if current > _horizon[0]:
+            raise ValueError(
+                f"{name} must be time.monotonic() seconds: it is more than a day ahead of it"
+            )
     return current
 
 

@@ -77,6 +77,23 @@ _FALSE = frozenset({"false", "0", "no", "off"})
 _PREFIX_CHARACTERS = frozenset(string.ascii_letters + string.digits + ":_.-")
 
 
+class Secret(str):
+    """A setting that must not leave the process by accident (the Redis secret, a URL that
+    may hold a password): masked in `repr`, refused by pickle and by `copy.deepcopy` (so
+    `dataclasses.asdict(settings())` raises instead of copying it out in clear)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a secret setting is neither pickled nor copied")
+
+    def __deepcopy__(self, memo: Any) -> Secret:
+        raise TypeError("a secret setting is neither pickled nor copied")
+
+
 @dataclass(frozen=True)
 class CooldownSettings:
     """The parsed settings; the defaults are what a malformed environment falls back to."""
@@ -268,9 +285,11 @@ def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
     if not (values[REDIS_URL_ENV] or "").strip():
         return {}
     try:
+        url = _parse_redis_url(values[REDIS_URL_ENV])
+        secret = _parse_redis_secret(values[REDIS_SECRET_ENV], required=True)
         return {
-            "redis_url": _parse_redis_url(values[REDIS_URL_ENV]),
-            "redis_secret": _parse_redis_secret(values[REDIS_SECRET_ENV], required=True),
+            "redis_url": None if url is None else Secret(url),
+            "redis_secret": None if secret is None else Secret(secret),
             "redis_prefix": _parse_redis_prefix(values[REDIS_PREFIX_ENV]),
             "redis_timeout_ms": _parse_whole_number(
                 values[REDIS_TIMEOUT_ENV],

@@ -36,8 +36,12 @@ class APIError(Exception):
         return body
 
 
+LARGEST_RETRY_AFTER = 2_147_483_647
+"""The largest `MODEL_COOLDOWN_MAX_SECONDS`: no answer can advise waiting longer."""
+
+
 class CooldownError(APIError):
-    """Selection refused to dispatch; `retry_after` is whole seconds, never below 1."""
+    """Selection refused to dispatch; `retry_after` is whole seconds, from 1 to 2^31 - 1."""
 
     http_status: ClassVar[int] = 500
     code: ClassVar[str] = "model_cooldown"
@@ -46,7 +50,7 @@ class CooldownError(APIError):
     def __init__(self, retry_after: int) -> None:
         if isinstance(retry_after, bool) or not isinstance(retry_after, int):
             raise TypeError("retry_after must be an int")
-        self.retry_after = max(1, retry_after)
+        self.retry_after = min(LARGEST_RETRY_AFTER, max(1, retry_after))
         super().__init__(
             self.template.format(seconds=self.retry_after),
             self.http_status,

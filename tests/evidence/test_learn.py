@@ -171,3 +171,17 @@ def test_nanogpt_pools_learn_too(enabled: None, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(ModelCooldownExhausted):
         NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=34)
     assert NanoGPTKeyPool.select_available_key(["nano-learn"], model="gpt-4o", now=35)
+
+
+@pytest.mark.parametrize("sent_at", [float("nan"), float("inf"), "5", -3.0])
+def test_a_refused_sent_at_teaches_the_learner_nothing(
+    one_key: None, monkeypatch: pytest.MonkeyPatch, sent_at: object
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_LEARN", "apply")
+    for now in (0, 5, 15):  # three advice-less throttles in a row would learn a long window
+        with pytest.raises((TypeError, ValueError), match="sent_at"):
+            CredentialPool.record(
+                P, "sk-learn-SECRET", 429, model="gpt-4o", now=now, sent_at=sent_at
+            )  # type: ignore[arg-type]
+    CredentialPool.record(P, "sk-learn-SECRET", 429, model="gpt-4o", now=100)
+    assert released_at("gpt-4o", 100) == 105  # still the first delay: nothing was learned

@@ -272,3 +272,14 @@ def test_send_returning_none_is_a_type_error_naming_send(pool: None) -> None:
 )
 def test_upstream_model(body: object, path: object, model: str | None) -> None:
     assert upstream_model(body, path) == model
+
+
+def test_adispatch_with_a_plain_send_says_to_use_dispatch(pool: None) -> None:
+    import asyncio
+
+    class Resp:
+        status_code = 200
+        headers: dict[str, str] = {}  # noqa: RUF012
+
+    with pytest.raises(TypeError, match="use dispatch"):
+        asyncio.run(CredentialPool.adispatch(P, lambda key: Resp(), model="gpt-4o"))  # type: ignore[arg-type, return-value]

@@ -431,3 +431,19 @@ def test_raw_and_unified_pools_never_share_state(both_pools: None) -> None:
     assert NanoGPTUnifiedKeyPool.rejected_until == {}
     assert NanoGPTUnifiedKeyPool.select_available_key([A, B], model="m1", now=1) == A
     assert NanoGPTKeyPool._lock is not NanoGPTUnifiedKeyPool._lock
+
+
+def test_a_full_rejection_map_is_not_rebuilt_for_every_new_key() -> None:
+    from cooldown.pools.validation import MAX_REJECTIONS
+
+    for index in range(MAX_REJECTIONS):  # all live at once: 300 s auth rests from now=0
+        NanoGPTKeyPool.invalidate(f"nano-full-{index}", 401, now=0.0)
+    NanoGPTKeyPool.invalidate("nano-first-extra", 401, now=1.0)  # one scan: still all live
+    full = NanoGPTKeyPool.rejected_until
+    for index in range(100):
+        NanoGPTKeyPool.invalidate(f"nano-more-{index}", 401, now=2.0)
+    assert NanoGPTKeyPool.rejected_until is full  # dropped at once, no rebuild per key
+    assert NanoGPTKeyPool.rejections_dropped_total == 101
+    NanoGPTKeyPool.invalidate("nano-after-expiry", 401, now=301.0)  # the earliest rests ended
+    assert NanoGPTKeyPool.rejected_until is not full
+    assert "nano-after-expiry" in NanoGPTKeyPool.rejected_until

@@ -398,3 +398,21 @@ def test_foreign_data_under_the_prefix_degrades_instead_of_raising(
     assert store.stats()["shared_degraded"] is True
     client.set(f"{{{prefix}}}:deadlines", "wrong type")
     assert store.select("p", [K1, K2], model="m", now=T + 5) == K2
+
+
+def test_one_read_of_the_live_ids_serves_every_status_for_a_second(
+    redis_url: str, prefix: str
+) -> None:
+    backend = RedisObservations(redis_url, prefix=prefix)
+    client = backend._connected()
+    reads: list[object] = []
+    original = client.zrangebyscore
+    client.zrangebyscore = lambda *args, **kwargs: reads.append(args) or original(*args, **kwargs)
+    now = time.monotonic()
+    for _ in range(5):  # /status and /metrics ask once per provider
+        assert backend.live_entries(now) == []
+    assert backend.live_entries(now + 0.5) == []
+    assert len(reads) == 1
+    backend.live_entries(now + 1.5)
+    assert len(reads) == 2
+    backend.close()

@@ -375,3 +375,29 @@ def test_a_caller_passing_zero_cuts_no_shared_cooldown(
     with pytest.raises(ModelCooldownExhausted) as raised:
         attached(server.url).select("p", [K1], model="m", now=5001.0)
     assert raised.value.retry_after == 2999
+
+
+# -- round 4 -------------------------------------------------------------------------------------
+
+INFLIGHT = f"{{{PREFIX}}}:inflight"
+
+
+@pytest.mark.parametrize("count", ["inf", "1e308", "1000000", "1.5", "nan"])
+def test_an_insane_in_flight_count_is_dropped_not_used(
+    redis_servers: Callable[..., Server], count: str
+) -> None:
+    server = redis_servers()
+    client = redis.Redis(port=server.port)
+    now = time.monotonic()
+    store = attached(server.url)
+    taken = store.admit("p", [K1], model="m", now=now)
+    assert taken is not None
+    with store.ending(taken[1]):  # the provider announced 5 requests left for a minute
+        store.record_budget("p", K1, model="m", remaining=5, reset_seconds=60, now=now)
+    store.finish(taken[1], served=True)
+    (entry,) = client.hkeys(f"{{{PREFIX}}}:budgets")
+    client.hset(INFLIGHT, entry, count)
+    again = attached(server.url).admit("p", [K1], model="m", now=now + 1)  # another process
+    assert again is not None
+    assert again[0] == K1  # the budget is not held spent by a count no attempt could make
+    assert float(client.hget(INFLIGHT, entry)) == 1  # dropped, then this attempt counted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import threading
@@ -385,3 +386,50 @@ def test_the_sync_dispatch_refuses_async_send_without_a_never_awaited_warning(
         import gc
 
         gc.collect()  # a coroutine left unclosed would warn here
+
+
+@pytest.mark.parametrize("ending", ["raises", "cancelled"])
+def test_an_attempt_ending_while_redis_freezes_does_not_stall_the_event_loop(
+    enabled: None,
+    pool: None,
+    monkeypatch: pytest.MonkeyPatch,
+    redis_servers: Callable[..., Any],
+    ending: str,
+) -> None:
+    server = redis_servers()
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", server.url)
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", "s" * 32)
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_TIMEOUT_MS", "1000")
+
+    async def main() -> float:
+        gaps: list[float] = []
+        done = asyncio.Event()
+        sending = asyncio.Event()
+
+        async def ticker() -> None:
+            last = time.monotonic()
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                gaps.append(time.monotonic() - last)
+                last = time.monotonic()
+
+        async def send(key: str) -> httpx.Response:
+            server.freeze()  # Redis answered the attempt's start; its end meets a frozen server
+            if ending == "raises":
+                raise httpx.ConnectError("refused")
+            sending.set()
+            await asyncio.sleep(30)  # cancelled long before
+            raise AssertionError("not cancelled")
+
+        ticking = asyncio.create_task(ticker())
+        dispatching = asyncio.create_task(CredentialPool.adispatch(P, send, model="gpt-4o"))
+        if ending == "cancelled":
+            await asyncio.wait_for(sending.wait(), timeout=5)
+            dispatching.cancel()
+        with contextlib.suppress(httpx.ConnectError, asyncio.CancelledError):
+            await dispatching
+        done.set()
+        await ticking
+        return max(gaps)
+
+    assert asyncio.run(main()) < 0.05  # the attempt's end waited on Redis in a worker thread

@@ -338,14 +338,23 @@ def test_an_exception_with_only_a_status_code_is_read_too(pool: None) -> None:
     assert 6 <= CredentialPool.status(P, model=MODEL)["keys"][0]["retry_after"] <= 7
 
 
-def test_unreadable_headers_on_a_throttle_still_record_the_throttle(pool: None) -> None:
-    class OddHeaders:
-        def items(self) -> Any:
-            raise RuntimeError("unreadable")
+class RaisingItems:
+    def items(self) -> Any:
+        raise RuntimeError("unreadable")
 
+
+class RaisingMapping(dict):  # type: ignore[type-arg]
+    def items(self) -> Any:
+        raise RuntimeError("unreadable")
+
+
+@pytest.mark.parametrize("odd", [RaisingItems(), RaisingMapping(a="b"), 5, object(), b"x"])
+def test_unreadable_headers_on_a_throttle_still_record_the_throttle(
+    pool: None, odd: object
+) -> None:
     class Throttle:
         status_code = 429
-        headers = OddHeaders()
+        headers = odd
 
     sent: list[str] = []
 

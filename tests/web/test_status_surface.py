@@ -249,3 +249,82 @@ def test_the_cli_reads_the_shared_state(
         1,
         0,
     ]
+
+
+# -- round 4 -------------------------------------------------------------------------------------
+
+ODD_METHODS = [
+    ("TRACE", "/cooldown/status"),
+    ("PROPFIND", "/cooldown/status"),
+    ("CONNECT", "/cooldown/metrics"),
+    ("MKCOL", f"/cooldown/status/{P}"),
+    ("GET", "/cooldown//status"),
+    ("GET", "/cooldown//metrics"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ODD_METHODS)
+@pytest.mark.parametrize("token", [False, True])
+def test_odd_methods_and_doubled_slashes_are_404_never_405_or_308_and_never_cached(
+    three_keys: None, monkeypatch: pytest.MonkeyPatch, method: str, path: str, token: bool
+) -> None:
+    if token:
+        monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", TOKEN)
+    app = Flask("odd")
+    init_app(app)
+    app.register_blueprint(status_blueprint())
+
+    @app.route("/elsewhere", methods=["GET"])
+    def elsewhere() -> str:
+        return "the app's own"
+
+    answer = app.test_client().open(path, method=method, headers=AUTH if token else {})
+    assert answer.status_code == 404
+    assert "Allow" not in answer.headers
+    assert "Location" not in answer.headers
+    assert answer.headers["Cache-Control"] == "no-store"
+    assert app.test_client().open("/elsewhere", method="TRACE").status_code == 405  # not ours
+
+
+def test_deeply_nested_json_is_no_500(client: FlaskClient) -> None:
+    answer = client.post(
+        f"/cooldown/status/{P}",
+        data="[" * 100_000 + "]" * 100_000,
+        headers={**AUTH, "Content-Type": "application/json"},
+    )
+    assert answer.status_code == 200  # an unusable body is no lookup: the unscoped status
+
+
+def test_a_non_ascii_token_is_refused_at_startup(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", "é" * 40)
+    with pytest.raises(ValueError, match="ASCII"):
+        Flask("non-ascii").register_blueprint(status_blueprint())
+
+
+def test_the_cli_never_follows_a_redirect_with_the_token(
+    app: Flask, serve_in_thread: Callable[[Flask], str]
+) -> None:
+    seen: list[str] = []
+    elsewhere = Flask("elsewhere")
+
+    @elsewhere.route("/cooldown/status", methods=["GET", "POST"])
+    def collect() -> dict[str, str]:
+        from flask import request
+
+        seen.append(request.headers.get("Authorization", ""))
+        return {"providers": "not the gateway's"}
+
+    target = serve_in_thread(elsewhere)
+    redirector = Flask("redirector")
+
+    @redirector.route("/cooldown/status")
+    def moved() -> tuple[str, int, dict[str, str]]:
+        return "", 302, {"Location": target + "/cooldown/status"}
+
+    url = serve_in_thread(redirector) + "/cooldown"
+    result = app.test_cli_runner().invoke(
+        args=["cooldown", "status", "--url", url, "--token", TOKEN]
+    )
+    assert result.exit_code != 0
+    assert "redirect" in result.output
+    assert seen == []  # the token went nowhere else

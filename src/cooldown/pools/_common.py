@@ -145,6 +145,8 @@ def store_evidence(
     When the provider gave no usable advice, the fallback is the learned window (with
     `MODEL_COOLDOWN_LEARN=apply`) instead of the pool's fixed one.
     """
+    if sent_at is not None:  # refused before the learner hears of the answer
+        resolve_now(sent_at, "sent_at")
     if current.learn != "off":
         fallback_seconds = _learned_fallback(
             namespace,

@@ -191,7 +191,8 @@ class CredentialPool(KeyRecording):
         current = scoped_settings(model, quota_bucket)
         candidates = cls.keys(provider)
         current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time)
+        maximum = None if current is None else current.max_seconds
+        rests = cls._legacy.live(provider, candidates, current_time, maximum)
         return keys_status(
             provider,
             candidates,

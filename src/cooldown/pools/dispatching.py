@@ -168,7 +168,7 @@ class _ScopedDispatch:
         if not candidates:
             return None
         current_time = resolve_now(self.now)
-        rests = pool._legacy.live(provider, candidates, current_time)
+        rests = pool._legacy.live(provider, candidates, current_time, self.current.max_seconds)
         if self.affinity is not None:
             candidates = by_affinity(candidates, self.affinity)
         taken = model_cooldown.admit(

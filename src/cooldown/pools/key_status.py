@@ -12,7 +12,7 @@ from ..store import model_cooldown
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
-Reason = Literal["credential", "scope", "legacy", "capacity"]
+Reason = Literal["credential", "scope", "legacy", "probe", "budget", "capacity"]
 
 
 class KeyStatus(TypedDict):

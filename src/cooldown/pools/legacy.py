@@ -64,16 +64,24 @@ class LegacyRests:
         with self._lock:
             self._rests.pop((provider, key), None)
 
-    def live(self, provider: str, keys: Sequence[str], now: float) -> dict[str, float]:
-        """Live rests of these keys; expired ones are dropped on the way."""
+    def live(
+        self, provider: str, keys: Sequence[str], now: float, max_seconds: int | None = None
+    ) -> dict[str, float]:
+        """Live rests of these keys; expired ones are dropped on the way. With `max_seconds`
+        (the scoped path), a rest beyond `now + max_seconds` is cut to it for good: a lowered
+        maximum shortens the mirror of a credential-wide rejection as it does the store's."""
         rests: dict[str, float] = {}
         if not self._rests:  # the common case: nothing rests, no lock needed to say so
             return rests
+        limit = None if max_seconds is None else now + max_seconds
         with self._lock:
             for key in keys:
                 rest = self._rests.get((provider, key))
                 if rest is None:
                     continue
+                if limit is not None and rest > limit:
+                    rest = self._rests[(provider, key)] = limit
+                    heappush(self._expiry, (limit, provider, key))
                 if rest > now:
                     rests[key] = rest
                 else:

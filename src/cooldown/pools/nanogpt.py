@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ..arguments import resolve_now
@@ -53,7 +54,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             ordered = cls._active_first(configured)
             if max_seconds is None:
                 return next((key for key in ordered if key not in cls.rejected_until), None)
-            rests = dict(cls.rejected_until)
+            rests = cls._rests_within(max_seconds, current_time)
         return model_cooldown.select(
             cls.namespace,
             ordered,
@@ -200,7 +201,9 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         current_time = resolve_now(now)
         with cls._lock:
             cls._forget_stale(configured, current_time)
-            rests = dict(cls.rejected_until)
+            rests = cls._rests_within(
+                None if current is None else current.max_seconds, current_time
+            )
         return keys_status(
             cls.namespace,
             configured,
@@ -213,10 +216,12 @@ class _ValidatedKeyPool(ValidatedKeyPool):
 
     @classmethod
     def reset(cls) -> None:
-        """Forget the active key and every rejection (tests)."""
+        """Forget the active key, every rejection and the dropped count (tests)."""
         with cls._lock:
             cls.rejected_until = {}
             cls._recorded = {}
+            cls._full_until = -math.inf
+            cls.rejections_dropped_total = 0
             cls._clear_active()
 
 

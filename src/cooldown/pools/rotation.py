@@ -201,6 +201,16 @@ async def arotate(
                 if not done or value is not answer:  # rotated away from: give it back
                     await _aclose(answer.http)
     finally:
-        with contextlib.suppress(ValueError):  # cancelled while a worker thread runs a step
-            steps.close()
+        if offload and inspect.getgeneratorstate(steps) == inspect.GEN_SUSPENDED:
+            # `send` raised or the task was cancelled mid-attempt: ending the attempt may
+            # reach Redis, so it ends in a worker thread (shielded: it ends even if the
+            # task is cancelled again meanwhile).
+            await asyncio.shield(asyncio.to_thread(_close_steps, steps))
+        else:
+            _close_steps(steps)
     return _end(value)  # type: ignore[no-any-return]
+
+
+def _close_steps(steps: Steps) -> None:
+    with contextlib.suppress(ValueError):  # cancelled while a worker thread runs a step
+        steps.close()

@@ -85,7 +85,7 @@ class KeySelection:
         max_seconds = scoped_max_seconds(model, quota_bucket, provider)
         candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time)
+        rests = cls._legacy.live(provider, candidates, current_time, max_seconds)
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
         filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
@@ -123,7 +123,7 @@ class KeySelection:
         if check_affinity(affinity) is not None and max_seconds is not None:
             candidates, order = by_affinity(candidates, affinity), "configured"  # rendezvous
         current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time)
+        rests = cls._legacy.live(provider, candidates, current_time, max_seconds)
         if max_seconds is None:
             free = [key for key in candidates if key not in rests]
             return free[0] if free else (candidates[0] if candidates else None)

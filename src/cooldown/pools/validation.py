@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
@@ -85,6 +86,7 @@ class ActiveKeyState:
     rejected_until: ClassVar[dict[str, float]]
     _recorded: ClassVar[dict[str, int]]  # rejections recorded per key, to spot one mid-probe
     rejections_dropped_total: ClassVar[int]
+    _full_until: ClassVar[float]  # while full of live rests: the earliest of them
     _lock: ClassVar[threading.Lock]  # the state above; never held across a probe or Redis
     _validation: ClassVar[threading.RLock]  # one validation at a time (a probe may nest one)
 
@@ -99,6 +101,7 @@ class ActiveKeyState:
         cls.rejected_until = {}
         cls._recorded = {}
         cls.rejections_dropped_total = 0
+        cls._full_until = -math.inf
         cls._clear_active()
 
     @classmethod
@@ -126,6 +129,18 @@ class ActiveKeyState:
             cls._clear_active()
 
     @classmethod
+    def _rests_within(cls, max_seconds: int | None, now: float) -> dict[str, float]:
+        """A copy of the rejections (lock held). With `max_seconds` (the scoped path), one
+        beyond `now + max_seconds` is cut to it for good: a lowered maximum shortens the
+        mirror of a credential-wide rejection as it does the store's own cooldowns."""
+        if max_seconds is not None:
+            limit = now + max_seconds
+            rejected = cls.rejected_until
+            for key in [key for key, until in rejected.items() if until > limit]:
+                rejected[key] = limit
+        return dict(cls.rejected_until)
+
+    @classmethod
     def _active_first(cls, keys: Sequence[str]) -> list[str]:
         active = cls.active_key
         first = [active] if active is not None and active in keys else []
@@ -150,11 +165,18 @@ class ActiveKeyState:
 
     @classmethod
     def _rest(cls, key: str, until: float, now: float) -> None:
-        """Set a rejection (lock held); the map never holds more than `MAX_REJECTIONS`."""
+        """Set a rejection (lock held); the map never holds more than `MAX_REJECTIONS`.
+
+        Full of live rests, the map is rebuilt only once the earliest of them has expired:
+        until then a new key is dropped at once, not after a scan of every rest."""
         rejected = cls.rejected_until
         if key not in rejected and len(rejected) >= MAX_REJECTIONS:
+            if now < cls._full_until:
+                cls.rejections_dropped_total += 1
+                return
             cls.rejected_until = rejected = {k: v for k, v in rejected.items() if v > now}
             if len(rejected) >= MAX_REJECTIONS:
+                cls._full_until = min(rejected.values())
                 cls.rejections_dropped_total += 1  # every rest is live: keep them, not this one
                 return
         rejected[key] = until
@@ -228,7 +250,7 @@ class ValidatedKeyPool(ActiveKeyState):
     ) -> list[str]:
         """The store's filter with this pool's rejections as legacy rests; no pool lock held."""
         with cls._lock:
-            rests = dict(cls.rejected_until)
+            rests = cls._rests_within(max_seconds, now)
         return model_cooldown.eligible(
             cls.namespace,
             keys,
@@ -309,7 +331,7 @@ class ValidatedKeyPool(ActiveKeyState):
         with cls._lock:
             if cls._recorded.get(key, 0) != recorded_before:
                 return True
-            rests = dict(cls.rejected_until)
+            rests = cls._rests_within(None if current is None else current.max_seconds, now)
         if current is None:
             return False
         return not model_cooldown.available(

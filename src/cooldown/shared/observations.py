@@ -51,6 +51,8 @@ SECRET_MISMATCH_WARNING = (
     "sharing is split (each secret derives other ids). Give every process the same secret; "
     "after rotating it everywhere, delete the prefix's secret-check key"
 )
+LIVE_ENTRIES_REUSE_SECONDS = 1.0
+"""How long one read of every live shared id serves operators' counts."""
 UNRELEASED = 1024
 """Attempts whose end did not reach Redis, kept to release when it answers again."""
 
@@ -211,6 +213,7 @@ class RedisObservations(ScriptCalls):
         self._max_entries = max_entries
 
         self._secret_check_key = f"{{{prefix}}}:{shared_scripts.SECRET_CHECK_KEY}"
+        self._live_read: tuple[float, list[str] | None] = (-math.inf, None)
 
     def __repr__(self) -> str:
         return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
@@ -354,7 +357,15 @@ class RedisObservations(ScriptCalls):
         return window if min(numbers) >= 0 else None
 
     def live_entries(self, now: float) -> list[str] | None:
-        """Every live shared id (for operators' counts), or `None` when Redis does not answer."""
+        """Every live shared id (for operators' counts), or `None` when Redis does not answer.
+
+        A full table is 10000 ids: one read serves every provider's status for a second
+        (`/status` and `/metrics` ask once per provider), so an operator's page costs one read.
+        """
+        with self._lock:
+            read_at, entries = self._live_read
+        if entries is not None and read_at <= now < read_at + LIVE_ENTRIES_REUSE_SECONDS:
+            return entries
 
         def read(answer: list[Any]) -> list[str]:
             return [
@@ -366,7 +377,11 @@ class RedisObservations(ScriptCalls):
                 self._keys[0], f"({self._to_wall_ms(now)}", "+inf"
             )
 
-        return self._call_with(now, fetch, read)
+        fresh = self._call_with(now, fetch, read)
+        if fresh is not None:
+            with self._lock:
+                self._live_read = (now, fresh)
+        return fresh
 
 
 _Wanted = tuple[str, str, str, int]  # url, secret, prefix, timeout in milliseconds

@@ -48,6 +48,7 @@ KEY_NAMES = (
 
 _MARKS = 10000  # the most members each marking set keeps (they only order or mark keys)
 _LONGEST_LEASE_MS = (3600 + 10) * 1000  # MODEL_COOLDOWN_LEASE_SECONDS' maximum, plus skew
+_MOST_IN_FLIGHT = 10000  # attempts one entry can have in flight: the leases kept at most
 
 _COMMON = f"""
 local now, limit, truncate = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -88,9 +89,17 @@ end
 _PRUNE_DEADLINES = "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
 
 _PRUNE = f"""
+local function in_flight(entry)
+  -- A count that no sequence of attempts can reach (negative, fractional, inf, nan, or more
+  -- than the leases kept) is distrusted: dropped, and read as none.
+  local count = tonumber(redis.call('HGET', KEYS[3], entry))
+  if count and count >= 0 and count <= {_MOST_IN_FLIGHT} and count % 1 == 0 then return count end
+  if count then redis.call('HDEL', KEYS[3], entry) end
+  return 0
+end
 local function leave(member)
   local entry = string.match(member, ':(.*)$') or ''
-  local count = (tonumber(redis.call('HGET', KEYS[3], entry)) or 0) - 1
+  local count = in_flight(entry) - 1
   if count > 0 then redis.call('HSET', KEYS[3], entry, count)
   else redis.call('HDEL', KEYS[3], entry) end
   if redis.call('HGET', KEYS[5], entry) == member then redis.call('HDEL', KEYS[5], entry) end
@@ -188,7 +197,7 @@ for i = 7, #ARGV, 2 do
   end
   local count, reset = 0, nil
   if hold == 0 then
-    count = math.max(0, tonumber(redis.call('HGET', KEYS[3], entry)) or 0)
+    count = in_flight(entry)
     reset = trusted(KEYS[8], entry)
     local remaining = tonumber(redis.call('HGET', KEYS[7], entry))
     if not (reset and remaining and reset > now) then reset = nil

@@ -98,6 +98,9 @@ class Admission:
             if token in self._leases:
                 self._end(token)
 
+    def probing(self, entry: bytes) -> bool:
+        return entry in self._probing
+
     def weigh(self, entry: bytes, now: float) -> tuple[float, Load]:
         """Until when the key is held back for this scope (0.0: it may be dispatched now;
         `now + 1` while its probe is out, the reset while its budget is spent), and how busy

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from ..arguments import finite_number, require_str, resolve_now, retry_after
+from ..config import LARGEST_MAX_SECONDS
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .admission import Admission, Attempt, Claim, Order
@@ -24,6 +25,12 @@ from .selection import gather
 __all__ = ["Attempts", "ending_attempt"]
 
 _ending: ContextVar[SharedAttempt | None] = ContextVar("cooldown_ending", default=None)
+
+
+def require_attempt(attempt: object) -> Attempt:
+    if not isinstance(attempt, Attempt):
+        raise TypeError("attempt must be what admit() returned")
+    return attempt
 
 
 def ending_attempt() -> SharedAttempt | None:
@@ -60,6 +67,10 @@ class Attempts:
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
         (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
         lease = finite_number(lease_seconds, "lease_seconds")
+        if lease <= 0:
+            raise ValueError("lease_seconds must be above 0")
+        if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
+            raise TypeError("exclude must be a collection of keys, not a single string")
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
         sharing = self._shared
         claim = Claim(frozenset(exclude), lease, deferred=sharing is not None)
@@ -114,6 +125,7 @@ class Attempts:
     def ending(self, attempt: Attempt) -> Iterator[None]:
         """The shared writes recorded in this block (the attempt's answer and budget) wait
         for `finish`, which sends them with the attempt's release in one round trip."""
+        require_attempt(attempt)
         token = _ending.set(attempt.shared)
         try:
             yield
@@ -122,6 +134,7 @@ class Attempts:
 
     def finish(self, attempt: Attempt, *, served: bool) -> None:
         """The attempt's answer is recorded (or it failed): it is no longer in flight."""
+        require_attempt(attempt)
         with self._lock:
             self._admission.finish(attempt, served=served)
         sharing = self._shared
@@ -140,6 +153,13 @@ class Attempts:
         now: float | None = None,
     ) -> None:
         """A provider said `remaining` requests are left until its window resets."""
+        if isinstance(remaining, bool) or not isinstance(remaining, int):
+            raise TypeError("remaining must be an int")
+        if remaining < 0:
+            raise ValueError("remaining must be 0 or more")
+        reset = finite_number(reset_seconds, "reset_seconds")
+        if not 0 <= reset <= LARGEST_MAX_SECONDS:
+            raise ValueError("reset_seconds must be between 0 and the largest maximum")
         scope = scope_message(model, quota_bucket)
         if scope is None:
             return
@@ -149,8 +169,8 @@ class Attempts:
         current_time = resolve_now(now)
         entry = self._digest(message) + self._digest(scope)
         with self._lock:
-            self._admission.budget(entry, remaining, current_time + reset_seconds)
+            self._admission.budget(entry, remaining, current_time + reset)
         ending = _ending.get()
         if ending is not None:  # shared with the attempt's end
-            ending.budget = (remaining, current_time + reset_seconds)
+            ending.budget = (remaining, current_time + reset)
             ending.now = max(ending.now, current_time)

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from ..arguments import require_keys, require_str, resolve_now
 from ..digests import PreparedHmac, credential_message, credential_prefix
+from .admission import Admission
 from .backend import Sharing
 from .budget import DIGEST_SIZE
 from .schedule import DeadlineSchedule
@@ -28,6 +29,7 @@ class Inspection:
     _digest: PreparedHmac
     _deadlines: dict[bytes, float]
     _schedule: DeadlineSchedule
+    _admission: Admission
     _shared: Sharing | None
     _escalated_total: int
     _exhausted_total: int
@@ -47,7 +49,9 @@ class Inspection:
         """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
 
         The reason is the observation that holds the key longest: `"credential"`,
-        `"scope"` or `"legacy"`; a free key during an overflow is held by `"capacity"`.
+        `"scope"` or `"legacy"`; for a scope, a key free of those is held by `"probe"` while
+        its probe is out and by `"budget"` while its announced budget is spent; a free key
+        during an overflow is held by `"capacity"`.
         Counts nothing and raises no cooldown error: this is for operators, not routes.
         """
         lookup = gather(
@@ -58,7 +62,15 @@ class Inspection:
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
             overflow = max(self._schedule.overflow_until, shared_overflow)
-            return explain_keys(self._deadlines, self._digest, lookup, current_time, overflow)
+            self._admission.expire(current_time)
+            return explain_keys(
+                self._deadlines,
+                self._digest,
+                self._admission,
+                lookup,
+                current_time,
+                overflow,
+            )
 
     def scoped_counts(
         self, provider: str, keys: Sequence[str], *, now: float | None = None

@@ -84,7 +84,9 @@ class ModelCooldown(Selection, Inspection, Attempts):
         for value, name in ((max_entries, "max_entries"), (scopes_per_credential, "scopes")):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int")
-        if secret is not None and (not isinstance(secret, bytes) or len(secret) < 32):
+        if secret is not None and not isinstance(secret, bytes):
+            raise TypeError("secret must be bytes")
+        if secret is not None and len(secret) < 32:
             raise ValueError("secret must be at least 32 bytes")
         # A random salt by default: ids are stable within this store and nowhere else.
         self._digest = PreparedHmac(secrets.token_bytes(32) if secret is None else secret)
@@ -149,7 +151,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
         fallback = finite_number(fallback_seconds, "fallback_seconds")
         ceiling = bounded_max_seconds(max_seconds)
         given_now = None if now is None else resolve_now(now)  # a bad clock fails first
-        started = None if sent_at is None else resolve_now(sent_at)
+        started = None if sent_at is None else resolve_now(sent_at, "sent_at")
         health = outcome.credential_health
         cooling = delay(retry_after_seconds, fallback, ceiling)
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
@@ -213,7 +215,9 @@ class ModelCooldown(Selection, Inspection, Attempts):
         Shared ids are HMACs under `secret`, so every process derives the same ones; local
         ids keep this store's own salt, so attaching never loses a local observation.
         """
-        if not isinstance(secret, bytes) or len(secret) < 32:
+        if not isinstance(secret, bytes):
+            raise TypeError("secret must be bytes")
+        if len(secret) < 32:
             raise ValueError("secret must be at least 32 bytes")
         self._shared = Sharing(shared, PreparedHmac(secret))
 

@@ -77,6 +77,11 @@ def gather(
         legacy = legacy_rest_until  # a dict first: the pools pass one, and an ABC check is slow
     else:
         raise TypeError("legacy_rest_until must be a mapping of key to deadline")
+    for key in keys:  # every key, before any state is touched: a refused call changes nothing
+        if type(key) is not str:
+            raise TypeError("each key must be a str")
+        if key in legacy:
+            finite_number(legacy[key], "legacy_rest_until value")
     given_now = None if now is None else resolve_now(now)
     shared: dict[str, tuple[float, float]] = {}
     shared_overflow = 0.0
@@ -127,11 +132,15 @@ def scan(
 def explain_keys(
     deadlines: Mapping[bytes, float],
     digest: PreparedHmac,
+    admission: Admission,
     lookup: Lookup,
     now: float,
     overflow: float,
 ) -> list[tuple[Reason, float]]:
-    """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free."""
+    """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free.
+
+    A free key whose probe is out (`"probe"`) or whose announced budget is spent
+    (`"budget"`) is held too, as `dispatch` sees it."""
     _, prefix, keys, scope, legacy, _, shared, _ = lookup
     scope_digest = None if scope is None else digest(scope)
     explained: list[tuple[Reason, float]] = []
@@ -147,6 +156,9 @@ def explain_keys(
             ("legacy", finite_number(legacy.get(key, 0.0), "legacy_rest_until value")),
         )
         reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
+        if release <= now and scope_digest is not None:
+            release, _ = admission.weigh(credential + scope_digest, now)
+            reason = "probe" if admission.probing(credential + scope_digest) else "budget"
         if release > now:
             explained.append((reason, release))  # retry advice caps it at the maximum
         elif overflow > now:
@@ -246,7 +258,12 @@ class Selection:
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
             admitted: list[tuple[str, bytes, bytes]] = []
-            if spread or claim is not None:
+            if scope is not None:  # in any order: a probe out or a spent budget holds a key
+                stop_at_free_outside: Collection[str] | None = None
+                if claim is not None and not spread:
+                    stop_at_free_outside = claim.first_free_outside()
+                elif mode == "select" and not spread:
+                    stop_at_free_outside = ()
                 admitted, earliest = admissible(
                     self._deadlines,
                     self._digest,
@@ -254,9 +271,7 @@ class Selection:
                     lookup,
                     current_time,
                     spread=spread,
-                    stop_at_free_outside=(
-                        claim.first_free_outside() if claim and not spread else None
-                    ),
+                    stop_at_free_outside=stop_at_free_outside,
                 )
                 free = [key for key, _, _ in admitted]
             else:

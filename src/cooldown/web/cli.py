@@ -27,8 +27,20 @@ NOWHERE = (
 )
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib copies `Authorization` onto a redirect, to any origin: the token would go
+    there. A status URL that redirects is the wrong URL; say so instead."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
 def _from_gateway(url: str, token: str, path: str, body: dict[str, Any] | None) -> Any:
-    """GET (or POST, for a model lookup) a running gateway's status JSON."""
+    """GET (or POST, for a model lookup) a running gateway's status JSON; never following
+    a redirect, so the token goes to the URL given and nowhere else."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url.rstrip("/") + path,
@@ -37,10 +49,15 @@ def _from_gateway(url: str, token: str, path: str, body: dict[str, Any] | None) 
         method="GET" if body is None else "POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with _opener.open(request, timeout=10) as answer:
             return json.load(answer)
     except urllib.error.HTTPError as error:
         error.close()
+        if 300 <= error.code < 400:
+            raise click.ClickException(
+                f"the gateway answered HTTP {error.code} (a redirect): not followed, so the "
+                "token is not sent elsewhere; pass the final status URL"
+            ) from None
         raise click.ClickException(f"the gateway answered HTTP {error.code}") from None
     except (OSError, ValueError) as error:
         raise click.ClickException(

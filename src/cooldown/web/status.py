@@ -45,14 +45,19 @@ def _configured_token(app: Any) -> object:
 
 
 def _long_enough(token: object) -> TypeGuard[str]:
-    return isinstance(token, str) and len(token) >= MIN_TOKEN_LENGTH
+    """32 characters at least, all ASCII: a header arrives as latin-1, so a token with other
+    characters could never match."""
+    return isinstance(token, str) and len(token) >= MIN_TOKEN_LENGTH and token.isascii()
 
 
 def check_token(app: Any) -> None:
-    """A configured token shorter than 32 characters is a startup error, not a silent 404."""
+    """A configured token shorter than 32 characters (or not ASCII) is a startup error, not
+    a silent 404."""
     token = _configured_token(app)
     if token and not _long_enough(token):
-        raise ValueError(f"{STATUS_TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters")
+        raise ValueError(
+            f"{STATUS_TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters, all ASCII"
+        )
 
 
 def status_token() -> str | None:
@@ -61,7 +66,7 @@ def status_token() -> str | None:
     if not token:
         return None
     if not _long_enough(token):  # changed since startup
-        warn_once(STATUS_TOKEN_ENV, "%s is malformed (32 characters at least); status is off")
+        warn_once(STATUS_TOKEN_ENV, "%s is malformed (32 ASCII characters at least); status is off")
         return None
     return token
 
@@ -79,7 +84,10 @@ def _lookup() -> tuple[str | None, str | None, bool]:
     The page POSTs, so model and bucket names never appear in access logs.
     """
     if request.method == "POST":
-        body = request.get_json(silent=True)
+        try:
+            body = request.get_json(silent=True)
+        except RecursionError:  # nested deeper than the parser goes: not a lookup
+            body = None
         values: dict[str, Any] = body if isinstance(body, dict) else {}
     else:
         values = dict(request.args)
@@ -113,6 +121,18 @@ def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
         raise TypeError("url_prefix must be a str starting with '/'")
     blueprint = Blueprint("cooldown_status", __name__, url_prefix=url_prefix)
     blueprint.record_once(lambda state: check_token(flask_only(state.app)))
+    prefixes: set[str] = set()
+    blueprint.record(lambda state: prefixes.add((state.url_prefix or "").rstrip("/")))
+
+    @blueprint.before_app_request
+    def unrouted_under_the_prefix() -> Response | None:
+        """A method or path routing refused under the prefix (TRACE, PROPFIND, `//status`):
+        404, never 405 or a redirect, with or without a token; the app's own routes pass."""
+        if request.routing_exception is None or not any(
+            request.path == prefix or request.path.startswith(prefix + "/") for prefix in prefixes
+        ):
+            return None
+        return never_cache(_error(404, "not_found", "Not found."))
 
     def route(rule: str, methods: list[str]) -> Callable[[Callable[..., Any]], Any]:
         return blueprint.route(rule, methods=methods, provide_automatic_options=False)
