@@ -8,20 +8,25 @@ from collections.abc import Callable
 import pytest
 
 from cooldown import (
+    APIError,
     CredentialPool,
     ModelCooldown,
     ModelCooldownExhausted,
     NanoGPTKeyPool,
     UpstreamOutcome,
+    api_error_response,
     classify_upstream_outcome,
     configured_nanogpt_keys,
     cooldown_error_response,
+    init_app,
     is_nanogpt_credential_rejection,
     model_cooldown,
+    rate_limit_advice,
     recording_context,
     retry_after_seconds,
     selection_scope,
     settings,
+    status_blueprint,
 )
 
 THROTTLED = classify_upstream_outcome(429)
@@ -154,3 +159,27 @@ def test_store_still_answers_after_hostile_calls(
     assert raised.value.retry_after == 59
     assert CredentialPool.select("ce-gpt-plus", model="n", now=1) == "sk-after"
     assert model_cooldown.entry_count == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda: recording_context(429, {}, outcome="x"), TypeError),  # type: ignore[arg-type]
+        (lambda: recording_context(429, {}, received_at=10**400), ValueError),
+        (lambda: recording_context(429, {}, received_at=-math.inf), ValueError),
+        (lambda: retry_after_seconds({"Retry-After": "5"}, received_at=math.nan), ValueError),
+        (lambda: rate_limit_advice({}, received_at="now"), TypeError),  # type: ignore[arg-type]
+        (lambda: model_cooldown.explain("p", ["k"], legacy_rest_until=["k"]), TypeError),  # type: ignore[arg-type]
+        (lambda: CredentialPool.keys("ce-gpt-plus", {1: "x"}), TypeError),  # type: ignore[dict-item]
+        (lambda: configured_nanogpt_keys({None: "x"}), TypeError),  # type: ignore[dict-item]
+        (lambda: init_app(None), TypeError),  # type: ignore[arg-type]
+        (lambda: status_blueprint(url_prefix=1), TypeError),  # type: ignore[arg-type]
+        (lambda: cooldown_error_response("not an error"), TypeError),  # type: ignore[arg-type]
+        (lambda: api_error_response(ValueError("x")), TypeError),  # type: ignore[arg-type]
+        (lambda: APIError("x", status_code=1.5), TypeError),  # type: ignore[arg-type]
+        (lambda: APIError("x", status_code=99), ValueError),
+    ],
+)
+def test_wrong_input_is_a_clear_error(call: Callable[[], object], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        call()

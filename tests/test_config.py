@@ -6,7 +6,15 @@ import logging
 import pytest
 from pytest_mock import MockerFixture
 
-from cooldown import FORWARDED_ENV, CooldownSettings, settings
+from cooldown import (
+    FORWARDED_ENV,
+    CooldownSettings,
+    CredentialPool,
+    ModelCooldownExhausted,
+    config,
+    configured_nanogpt_keys,
+    settings,
+)
 
 pytestmark = pytest.mark.usefixtures("fresh_warnings")
 
@@ -194,3 +202,27 @@ def test_the_redis_secret_and_url_never_leave_by_pickle_or_asdict() -> None:
     with pytest.raises(TypeError, match="secret"):
         dataclasses.asdict(current)
     assert "hunter2" not in repr(current.redis_url)
+
+
+def test_a_non_utf8_secret_turns_sharing_off_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, fresh_warnings: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", "s" * 32 + "\udcff")  # a byte 0xff
+    monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL", "sk-utf8-test")
+    with caplog.at_level(logging.WARNING, logger="cooldown"):
+        assert settings().redis_url is None
+        CredentialPool.record("ce-gpt-plus", "sk-utf8-test", 429, model="m")
+        with pytest.raises(ModelCooldownExhausted):
+            CredentialPool.select("ce-gpt-plus", model="m")
+    assert [record.getMessage() for record in caplog.records] == [
+        "MODEL_COOLDOWN_REDIS_SECRET is malformed; cooldowns stay on, but are not shared"
+    ]
+
+
+def test_the_warn_once_set_is_capped(fresh_warnings: None) -> None:
+    names = {f"NANOGPT_API_KEY_{index}": "your-key-here" for index in range(3000)}
+    configured_nanogpt_keys(names)
+    assert len(config._warned) == config.WARNED_NAMES_LIMIT
+    assert config.warnings_suppressed_total >= 3000 - config.WARNED_NAMES_LIMIT

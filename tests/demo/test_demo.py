@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from cooldown import model_cooldown
+from cooldown import (
+    model_cooldown,
+)
 from cooldown.demo import DemoConfig, SimulatedUpstream, create_app
 from cooldown.demo.__main__ import main
 from cooldown.demo.gateway import simulated_dispatch
@@ -218,3 +222,36 @@ def test_the_status_page_is_mounted_with_a_token(
     assert "demo" in summary.json["providers"]  # type: ignore[index]
     closed = create_app(DemoConfig(simulated_dispatch(upstream), keys_env=ENV)).test_client()
     assert closed.get("/cooldown/status").status_code == 404
+
+
+def test_the_demo_survives_a_key_rotated_away_mid_request(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from cooldown.demo import DemoConfig, create_app
+    from cooldown.demo.upstream import SimulatedUpstream
+
+    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+    monkeypatch.setenv("ROTATE_DEMO_KEY", "sk-ROTATED-AWAY-0001")
+    upstream = SimulatedUpstream(quota=5, window=30)
+
+    def rotating_dispatch(key: str, model: str, body: Any) -> Any:
+        monkeypatch.setenv("ROTATE_DEMO_KEY", "sk-the-new-key-0002")  # rotated mid-request
+        return upstream.answer(key, model)
+
+    app = create_app(DemoConfig(rotating_dispatch, keys_env="ROTATE_DEMO_KEY"))
+    with caplog.at_level(logging.DEBUG):
+        answer = app.test_client().post("/v1/chat/completions", json={"model": "gpt-demo"})
+    assert answer.status_code == 200
+    assert "X-Upstream-Key-Index" not in answer.headers
+    assert "sk-ROTATED-AWAY-0001" not in caplog.text
+
+
+def test_the_demo_answers_400_to_json_nested_too_deeply(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cooldown.demo import DemoConfig, SimulatedUpstream, create_app
+    from cooldown.demo.gateway import simulated_dispatch
+
+    app = create_app(DemoConfig(simulated_dispatch(SimulatedUpstream()), keys_env="NO_KEYS_HERE"))
+    answer = app.test_client().post(
+        "/v1/chat/completions", data=b"[" * 5000, content_type="application/json"
+    )
+    assert answer.status_code == 400

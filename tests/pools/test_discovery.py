@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 from pytest_mock import MockerFixture
 
-from cooldown import CredentialPool, configured_nanogpt_keys
+from cooldown import (
+    CredentialPool,
+    configured_nanogpt_keys,
+)
 from cooldown.pools import discovery
 
 P = "ce-gpt-plus"
@@ -91,3 +95,15 @@ def test_a_supplied_mapping_is_parsed_on_every_call() -> None:
     assert CredentialPool.keys(P, environ) == ["sk-mapped"]
     environ[f"{BASE}_1"] = "sk-mapped-two"
     assert CredentialPool.keys(P, environ) == ["sk-mapped", "sk-mapped-two"]
+
+
+def test_a_list_variable_nested_too_deeply_is_malformed_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, fresh_warnings: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("NANOGPT_API_KEYS", "[" * 2000)
+    with caplog.at_level(logging.WARNING, logger="cooldown"):
+        assert configured_nanogpt_keys() == []
+        assert configured_nanogpt_keys({"NANOGPT_API_KEYS": "[" * 2000}) == []
+    assert [record.getMessage() for record in caplog.records] == [
+        "NANOGPT_API_KEYS is malformed (nested too deeply); it is skipped"
+    ]

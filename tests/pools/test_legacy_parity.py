@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from cooldown import CredentialPool, rate_limit_advice, recording_context, upstream_model
+from cooldown import (
+    CredentialPool,
+    rate_limit_advice,
+    recording_context,
+    upstream_model,
+)
 from cooldown.pools.legacy import MAX_LIVE_RESTS
 
 P = "ce-gpt-plus"
@@ -92,3 +97,14 @@ def test_a_reset_below_the_epoch_threshold_stays_a_duration() -> None:
 )
 def test_upstream_model_takes_any_models_path(path: str, model: str | None) -> None:
     assert upstream_model(None, path) == model
+
+
+def test_the_legacy_map_caps_live_rests_and_counts_the_dropped() -> None:
+    for index in range(MAX_LIVE_RESTS + 500):
+        CredentialPool.record("ce-gpt-plus", f"sk-junk-{index}", 429, now=0.0)
+    assert len(CredentialPool._legacy) == MAX_LIVE_RESTS
+    assert CredentialPool._legacy.dropped_total == 500
+    CredentialPool.record(
+        "ce-gpt-plus", "sk-junk-0", 401, now=1.0
+    )  # a held key's rest still updates
+    assert CredentialPool._legacy.snapshot()[("ce-gpt-plus", "sk-junk-0")] == 301.0

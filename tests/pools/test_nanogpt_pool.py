@@ -17,6 +17,7 @@ from cooldown import (
     is_nanogpt_credential_rejection,
     model_cooldown,
 )
+from cooldown.pools.validation import MAX_REJECTIONS
 
 A, B, C = "nano-key-a", "nano-key-b", "nano-key-c"
 POOLS = [NanoGPTKeyPool, NanoGPTUnifiedKeyPool]
@@ -447,3 +448,28 @@ def test_a_full_rejection_map_is_not_rebuilt_for_every_new_key() -> None:
     NanoGPTKeyPool.invalidate("nano-after-expiry", 401, now=301.0)  # the earliest rests ended
     assert NanoGPTKeyPool.rejected_until is not full
     assert "nano-after-expiry" in NanoGPTKeyPool.rejected_until
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+def test_a_rejection_during_a_probe_is_not_ignored(
+    scoped: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if scoped:
+        monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+    scope = {"model": "m"} if scoped else {}
+    keys = ["nano-a", "nano-b"]
+
+    def probe(key: str) -> int:
+        if key == "nano-a":  # the key is throttled by a real request while we probe it
+            NanoGPTKeyPool.record_result("nano-a", 429, now=0.0, **scope)
+        return 200
+
+    chosen = NanoGPTKeyPool.select_key(keys, probe, now=0.0, **scope)
+    assert chosen == "nano-b"
+
+
+def test_nanogpt_rejections_are_capped_and_counted() -> None:
+    for index in range(MAX_REJECTIONS + 20):
+        NanoGPTKeyPool.invalidate(f"nano-junk-{index}", 401, now=0.0)
+    assert len(NanoGPTKeyPool.rejected_until) == MAX_REJECTIONS
+    assert NanoGPTKeyPool.rejections_dropped_total == 20

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from cooldown import (
+    CredentialPool,
     ModelCooldown,
     ModelCooldownExhausted,
     classify_upstream_outcome,
@@ -367,7 +369,6 @@ def test_closed_port_degrades_without_raising() -> None:
 def test_settings_attach_the_process_store(
     redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cooldown import CredentialPool
     from cooldown.shared import observations as shared_module
 
     monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
@@ -416,3 +417,43 @@ def test_one_read_of_the_live_ids_serves_every_status_for_a_second(
     backend.live_entries(now + 1.5)
     assert len(reads) == 2
     backend.close()
+
+
+class FailingCommand:
+    """A Redis call that takes `seconds` and then fails, as a frozen server does."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self) -> Any:
+        time.sleep(self.seconds)
+        raise ConnectionError("timed out")
+
+
+def test_the_backoff_counts_from_the_failure_not_the_start_of_the_call() -> None:
+    from cooldown.shared.calls import FIRST_BACKOFF_SECONDS
+    from cooldown.shared.observations import RedisObservations
+
+    backend = RedisObservations("redis://127.0.0.1:1/0")
+    assert backend._call_with(100.0, FailingCommand(0.2), lambda answer: answer) is None
+    assert backend._retry_at == pytest.approx(100.2 + FIRST_BACKOFF_SECONDS, abs=0.05)
+
+
+def test_concurrent_failures_of_one_outage_do_not_double_the_backoff() -> None:
+    from cooldown.shared.calls import FIRST_BACKOFF_SECONDS
+    from cooldown.shared.observations import RedisObservations
+
+    backend = RedisObservations("redis://127.0.0.1:1/0")
+    threads = [
+        threading.Thread(target=backend._call_with, args=(100.0, FailingCommand(0.1), repr))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert backend._backoff == FIRST_BACKOFF_SECONDS
+    assert backend.stats()["shared_errors_total"] == 8
+    retry_at = backend._retry_at
+    backend._call_with(retry_at, FailingCommand(0.0), repr)  # the retry after it fails
+    assert backend._backoff == 2 * FIRST_BACKOFF_SECONDS

@@ -29,7 +29,7 @@ from cooldown import (
     settings,
 )
 
-from ..conftest import two_processes_share_one_probe
+from ..conftest import free_port, two_processes_share_one_probe
 
 try:
     import redis
@@ -39,7 +39,8 @@ except ImportError:
     pytest.skip("the [redis] extra is not installed", allow_module_level=True)
 
 from cooldown.shared import observations as shared_module
-from cooldown.shared.observations import CLOCK_SKEW_SECONDS, RedisObservations
+from cooldown.shared.calls import CLOCK_SKEW_SECONDS
+from cooldown.shared.observations import RedisObservations
 
 SECRET = "trust-secret-" + "z" * 40
 PREFIX = "trust"
@@ -341,7 +342,7 @@ def test_unix_socket(
     assert redis.Redis(unix_socket_path=server.unix_path).zcard(DEADLINES) == 1
 
 
-# -- round 3 -------------------------------------------------------------------------------------
+# -- frozen and far-away servers, a caller passing zero -------------------------------------
 
 
 def test_a_frozen_cluster_costs_a_bounded_wait_once_per_backoff(cluster: list[Server]) -> None:
@@ -377,7 +378,7 @@ def test_a_caller_passing_zero_cuts_no_shared_cooldown(
     assert raised.value.retry_after == 2999
 
 
-# -- round 4 -------------------------------------------------------------------------------------
+# -- in-flight counts no attempt could make ----------------------------------------------------
 
 INFLIGHT = f"{{{PREFIX}}}:inflight"
 
@@ -401,3 +402,66 @@ def test_an_insane_in_flight_count_is_dropped_not_used(
     assert again is not None
     assert again[0] == K1  # the budget is not held spent by a count no attempt could make
     assert float(client.hget(INFLIGHT, entry)) == 1  # dropped, then this attempt counted
+
+
+def test_members_scored_infinite_stop_arming_the_capacity_guard(
+    redis_servers: Callable[..., Any],
+) -> None:
+    import redis
+
+    from cooldown.shared.observations import RedisObservations
+
+    server = redis_servers()
+    client = redis.Redis.from_url(server.url)
+    client.zadd("{inf}:deadlines", {f"tampered-{index}": math.inf for index in range(200)})
+    store = ModelCooldown()
+    store.attach_shared(
+        RedisObservations(server.url, prefix="inf", max_entries=200), secret=b"s" * 32
+    )
+    now = 1000.0
+    for step in range(5):  # each write cuts up to 64 of them to now + max
+        store.record(
+            "p", f"k{step}", classify_upstream_outcome(429), model="m", now=now, max_seconds=20
+        )
+    assert client.zcount("{inf}:deadlines", "(+inf", "+inf") == 0
+    assert client.zcount("{inf}:deadlines", "+inf", "+inf") == 0
+    later = now + 30  # past the maximum: every cut member has expired
+    assert store.select("p", ["fresh"], model="m", now=later, max_seconds=20) == "fresh"
+    store.record("p", "fresh", classify_upstream_outcome(429), model="m", now=later, max_seconds=20)
+    assert store.select("p", ["other"], model="m", now=later, max_seconds=20) == "other"
+    client.close()
+    store.detach_shared()
+
+
+def test_a_frozen_sentinel_delays_a_call_by_one_timeout_at_most(
+    redis_servers: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    primary = redis_servers()
+    sentinel = redis_servers(sentinel_of=primary)
+    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+    monkeypatch.setenv(
+        "MODEL_COOLDOWN_REDIS_URL", f"redis+sentinel://127.0.0.1:{sentinel.port}/cooldown-primary"
+    )
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", "sentinel-secret-" + "x" * 20)
+    monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL", "sk-sentinel")
+    sentinel.freeze()
+    primary.freeze()
+    durations = []
+    for _ in range(3):
+        started = time.monotonic()
+        CredentialPool.record("ce-gpt-plus", "sk-sentinel", 429, model="m")
+        durations.append(time.monotonic() - started)
+    assert max(durations) < 0.5  # 100 ms timeouts, one attempt: not 2.5 to 5 s
+    with pytest.raises(ModelCooldownExhausted):  # degraded to local: still cooling
+        CredentialPool.select("ce-gpt-plus", model="m")
+
+
+def test_an_unreachable_sentinel_is_as_quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
+    monkeypatch.setenv(
+        "MODEL_COOLDOWN_REDIS_URL", f"redis+sentinel://127.0.0.1:{free_port()}/nowhere"
+    )
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", "sentinel-secret-" + "x" * 20)
+    started = time.monotonic()
+    CredentialPool.record("ce-gpt-plus", "sk-x", 429, model="m")
+    assert time.monotonic() - started < 0.5

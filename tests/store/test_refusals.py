@@ -1,4 +1,4 @@
-"""What the store refuses, and that a refused call changes nothing (hostile inputs, round 4)."""
+"""What the store refuses, and that a refused call changes nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from cooldown import (
     ModelCooldown,
     ModelCooldownExhausted,
     classify_upstream_outcome,
+    model_cooldown,
 )
 
 P, KEYS, MODEL = "p", ["sk-a", "sk-b"], "m"
@@ -25,14 +26,14 @@ def cooling(store: ModelCooldown, now: float) -> list[str]:
     return [key for key in KEYS if key not in store.available(P, KEYS, model=MODEL, now=now)]
 
 
-# -- now: monotonic seconds, never far ahead of them (D03) ----------------------------------------
+# -- now: monotonic seconds, never far ahead of them -----------------------------------------------
 
 
 @pytest.mark.parametrize("ahead", [2 * 24 * 3600.0, 1e9, 1e11])
 def test_a_now_far_ahead_of_the_monotonic_clock_is_refused_before_anything_changes(
     store: ModelCooldown, ahead: float
 ) -> None:
-    now = time.monotonic()
+    now = float(int(time.monotonic()))  # whole seconds: exact arithmetic on deadlines
     store.record(P, KEYS[0], THROTTLED, model=MODEL, retry_after_seconds=600, now=now)
     with pytest.raises(ValueError, match="now"):
         store.select(P, KEYS, model=MODEL, now=now + ahead)
@@ -63,7 +64,7 @@ def test_any_now_is_a_time_or_a_clear_error(now: float) -> None:
             store.select(P, KEYS, model=MODEL, now=now)
 
 
-# -- a refused call changes no state (D06) --------------------------------------------------------
+# -- a refused call changes no state ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -79,7 +80,7 @@ def test_any_now_is_a_time_or_a_clear_error(now: float) -> None:
     ],
 )
 def test_a_call_refused_for_its_arguments_cuts_no_cooldown(store: ModelCooldown, call: Any) -> None:
-    now = time.monotonic()
+    now = float(int(time.monotonic()))  # whole seconds: exact arithmetic on deadlines
     store.record(P, KEYS[0], THROTTLED, model=MODEL, retry_after_seconds=600, now=now)
     with pytest.raises(TypeError):
         call(store, now)
@@ -95,7 +96,7 @@ def test_one_bad_key_is_refused_wherever_it_stands(store: ModelCooldown) -> None
         store.select(P, [5], model=MODEL)  # type: ignore[list-item]
 
 
-# -- attempts and budgets (D05, D09, D18) ---------------------------------------------------------
+# -- attempts and budgets --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -154,12 +155,12 @@ def test_retry_after_beyond_any_maximum_is_capped() -> None:
     assert "2147483647" in ModelCooldownExhausted(10**5000).message
 
 
-# -- what holds a key does not depend on the order asked for (D14), and is shown (D20) -----------
+# -- what holds a key does not depend on the order asked for, and is shown -------------------------
 
 
 @pytest.mark.parametrize("order", ["configured", "spread"])
 def test_a_probe_in_flight_holds_its_key_in_every_order(store: ModelCooldown, order: Any) -> None:
-    now = time.monotonic()
+    now = float(int(time.monotonic()))  # whole seconds: exact arithmetic on deadlines
     store.record(P, KEYS[0], THROTTLED, model=MODEL, retry_after_seconds=5, now=now)
     probe = store.admit(P, [KEYS[0]], model=MODEL, now=now + 6)  # the released key's probe
     assert probe is not None
@@ -174,7 +175,7 @@ def test_a_probe_in_flight_holds_its_key_in_every_order(store: ModelCooldown, or
 
 @pytest.mark.parametrize("order", ["configured", "spread"])
 def test_a_spent_budget_holds_its_key_in_every_order(store: ModelCooldown, order: Any) -> None:
-    now = time.monotonic()
+    now = float(int(time.monotonic()))  # whole seconds: exact arithmetic on deadlines
     store.record_budget(P, KEYS[0], model=MODEL, remaining=1, reset_seconds=30, now=now)
     held = store.admit(P, [KEYS[0]], model=MODEL, now=now)  # the last request of the window
     assert held is not None
@@ -184,13 +185,23 @@ def test_a_spent_budget_holds_its_key_in_every_order(store: ModelCooldown, order
 
 
 def test_status_shows_a_key_held_by_a_probe(monkeypatch: pytest.MonkeyPatch, enabled: None) -> None:
-    from cooldown import model_cooldown
 
     monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL", KEYS[0])
-    now = time.monotonic()
+    now = float(int(time.monotonic()))  # whole seconds: exact arithmetic on deadlines
     CredentialPool.record("ce-gpt-pro", KEYS[0], 429, model=MODEL, retry_after_seconds=5, now=now)
     model_cooldown.admit("ce-gpt-pro", [KEYS[0]], model=MODEL, now=now + 6)
     status = CredentialPool.status("ce-gpt-pro", model=MODEL, now=now + 6)
     assert status["keys"][0]["state"] == "cooling"
     assert status["keys"][0]["reason"] == "probe"
     assert status["ready"] == 0
+
+
+def test_a_wall_clock_now_is_refused_before_it_prunes_anything() -> None:
+    store = ModelCooldown()
+    store.record("p", "k", classify_upstream_outcome(429), model="m", retry_after_seconds=60)
+    with pytest.raises(ValueError, match=r"time\.monotonic"):
+        store.select("p", ["k"], model="m", now=time.time())
+    with pytest.raises(ValueError, match=r"time\.monotonic"):
+        CredentialPool.record("ce-gpt-plus", "k", 429, model="m", now=time.time())
+    with pytest.raises(ModelCooldownExhausted):  # the real cooldown is still there
+        store.select("p", ["k"], model="m")

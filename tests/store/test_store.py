@@ -5,8 +5,10 @@ import hmac
 import logging
 import math
 import pickle
+from typing import Any
 
 import pytest
+from pytest_mock import MockerFixture
 
 from cooldown import (
     MAX_ENTRIES,
@@ -17,6 +19,8 @@ from cooldown import (
     classify_upstream_outcome,
     digests,
 )
+from cooldown.store.budget import ScopeBudget
+from cooldown.store.schedule import DeadlineSchedule
 
 P = "openai"
 KEY = "sk-live-alpha-0001"
@@ -421,6 +425,7 @@ def test_stats_are_counts_only(store: ModelCooldown) -> None:
         "escalated_total": 0,
         "exhausted_total": 0,
         "capacity_rejections_total": 0,
+        "probes_total": 0,
         "shared": False,
         "shared_errors_total": 0,
         "shared_degraded": False,
@@ -478,3 +483,69 @@ def test_no_raw_names_in_state_logs_or_errors(
     for secret in secrets:
         assert secret not in dumped
         assert secret.encode() not in b"".join(store._deadlines)
+
+
+def test_a_now_read_a_moment_earlier_never_truncates_the_table(mocker: MockerFixture) -> None:
+    store = ModelCooldown()
+    for index in range(2000):
+        store.record(
+            "p",
+            f"k{index}",
+            classify_upstream_outcome(429),
+            model="m",
+            retry_after_seconds=10**6,
+            now=100.0,
+        )
+    truncate = mocker.spy(DeadlineSchedule, "_truncate")
+    for step in range(200):  # threads whose clocks were read microseconds apart
+        store.select("p", ["x"], model="m", now=100.0 - step * 1e-6, max_seconds=3600)
+        store.record(
+            "p",
+            "y",
+            classify_upstream_outcome(429),
+            model="m",
+            retry_after_seconds=10**6,
+            now=100.0,
+        )
+    assert truncate.call_count == 0
+    store.select("p", ["x"], model="m", now=100.0, max_seconds=60)  # a lowered maximum: once
+    store.select("p", ["x"], model="m", now=100.0, max_seconds=60)
+    assert truncate.call_count == 1
+
+
+def test_a_key_at_its_scope_budget_is_counted_once(mocker: MockerFixture) -> None:
+    store = ModelCooldown()
+    for index in range(3000):  # a full table, so an exact count would be expensive
+        store.record("filler", f"f{index}", classify_upstream_outcome(429), model="m", now=0.0)
+    for index in range(64):
+        store.record("p", "k", classify_upstream_outcome(429), model=f"m{index}", now=0.0)
+    scans = mocker.spy(ScopeBudget, "admits")
+    counted = 0
+    original = sum
+
+    def counting_sum(*args: Any) -> Any:
+        nonlocal counted
+        counted += 1
+        return original(*args)
+
+    mocker.patch("cooldown.store.budget.sum", counting_sum, create=True)
+    for index in range(50):
+        store.record("p", "k", classify_upstream_outcome(429), model=f"new-{index}", now=1.0)
+    assert scans.call_count == 50
+    assert counted == 1  # then the credential is known to be at its budget
+    assert store.stats()["escalated_total"] == 50
+
+
+def test_a_caller_passing_zero_does_not_cut_other_callers_cooldowns() -> None:
+    store = ModelCooldown()
+    store.record(
+        "p", "k", classify_upstream_outcome(429), model="m", retry_after_seconds=3000, now=5000.0
+    )
+    assert store.select("p", ["other"], model="m", now=0.0) == "other"
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        store.select("p", ["k"], model="m", now=5001.0)
+    assert raised.value.retry_after == 2999  # not cut to 0 + 3600
+    store.select("p", ["other"], model="m", now=5001.0, max_seconds=60)  # a lowered maximum
+    with pytest.raises(ModelCooldownExhausted) as lowered:
+        store.select("p", ["k"], model="m", now=5001.0, max_seconds=60)
+    assert lowered.value.retry_after == 60

@@ -82,7 +82,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
         ],
         "ready": 1,
         "cooling": 2,
-        "cooling_some_models": 1,
+        "cooling_some_models": 0,  # ready keys only (SPEC §23): key 1 is cooling, not ready
     }
     other_model = CredentialPool.status(P, model="another", now=110)
     assert [key["reason"] for key in other_model["keys"]] == [None, None, "credential"]
@@ -209,7 +209,15 @@ def test_status_endpoints(client: FlaskClient, enabled: None) -> None:
     assert summary.json is not None
     assert summary.json["live_observations"] == 1
     assert summary.json["providers"] == {  # built-in providers without keys are left out
-        P: {"ready": 3, "cooling": 0, "cooling_some_models": 1, "scoped_cooldowns": 1}
+        P: {
+            "all_cooling_scopes": 0,
+            "clients_get_429_for": [],
+            "keys": 3,
+            "ready": 3,
+            "cooling": 0,
+            "cooling_some_models": 1,
+            "scoped_cooldowns": 1,
+        }
     }
     keys = client.get(f"/cooldown/status/{P}?model={MODEL}", headers=AUTH).json
     assert keys is not None

@@ -220,7 +220,7 @@ def test_the_page_shows_each_key_and_why(gateway: str, browser: DevTools, tmp_pa
     assert 85 <= int(rows[1][3].removesuffix(" s")) <= 90
     assert rows[2][:3] == ["Key 3", "cooling", "credential"]
     title = browser.evaluate("document.getElementById('keys-title').textContent")
-    assert title == f"Keys of {P}: 1 ready, 2 cooling, 1 cooling for some models"
+    assert title == f"Keys of {P}: 1 ready, 2 cooling, 0 cooling for some models"  # ready ones
     counters = browser.evaluate("document.getElementById('counters').textContent")
     assert "live_observations" in counters
     screenshot = browser.call("Page.captureScreenshot", format="png")["data"]
@@ -281,3 +281,44 @@ def test_a_wrong_token_shows_a_refusal(gateway: str, browser: DevTools) -> None:
         " return m.className === 'error' ? m.textContent : null; })()",
     )
     assert message == "The status token was refused."
+
+
+def test_the_page_leads_with_where_clients_get_429_and_keeps_the_token_for_the_tab(
+    gateway: str, browser: DevTools, tmp_path: Path
+) -> None:
+    CredentialPool.record(P, KEYS[0], 429, model="gpt-4o", retry_after_seconds=90)  # all three
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=gateway)
+    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
+    browser.evaluate(TYPE_INTO % {"id": json.dumps("token"), "text": json.dumps(TOKEN)})
+    browser.evaluate("document.querySelector('button[type=submit]').click()")  # no model typed
+    now = wait_for(
+        browser,
+        "(() => { const t = document.getElementById('now-list').innerText;"
+        " return t.includes('429 there') ? t : null; })()",
+    )
+    assert now == f"{P}: every key cools in 1 model or bucket, so clients get 429 there: gpt-4o"
+    first = browser.evaluate(
+        "[...document.body.children].filter((e) => e.tagName !== 'SCRIPT')"
+        ".map((e) => e.id || e.tagName)[1]"
+    )
+    assert first == "now"  # the first thing under the title
+    screenshot = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
+    (tmp_path / "status-clients-get-429.png").write_bytes(screenshot)
+    shots = os.environ.get("MODEL_COOLDOWN_SCREENSHOTS")
+    if shots:
+        (Path(shots) / "status-clients-get-429.png").write_bytes(screenshot)
+    assert browser.evaluate("document.cookie") == ""
+    browser.call("Page.reload")  # the same tab: the token is kept, nothing typed again
+    wait_for(
+        browser,
+        "document.readyState === 'complete' &&"
+        " document.getElementById('now-list').innerText.includes('429 there')",
+    )
+    browser.evaluate(
+        f"sessionStorage.setItem('model-cooldown-status-token', {json.dumps('x' * 40)})"
+    )
+    browser.call("Page.reload")  # a refused token is forgotten
+    wait_for(browser, "document.getElementById('message').textContent.includes('refused')")
+    assert browser.evaluate("sessionStorage.getItem('model-cooldown-status-token')") is None
+    assert not any(path.startswith("/cooldown/?") and TOKEN in path for path in SEEN_PATHS)

@@ -251,7 +251,7 @@ def test_the_cli_reads_the_shared_state(
     ]
 
 
-# -- round 4 -------------------------------------------------------------------------------------
+# -- odd methods, odd bodies, odd tokens, redirects ---------------------------------------------
 
 ODD_METHODS = [
     ("TRACE", "/cooldown/status"),
@@ -328,3 +328,47 @@ def test_the_cli_never_follows_a_redirect_with_the_token(
     assert result.exit_code != 0
     assert "redirect" in result.output
     assert seen == []  # the token went nowhere else
+
+
+# -- what clients meet first, one set of counts (SPEC §23) ---------------------------------------
+
+
+def test_the_summary_leads_with_the_scopes_where_every_key_cools(client: FlaskClient) -> None:
+    for key in KEYS:
+        CredentialPool.record(P, key, 429, model="gpt-4o", retry_after_seconds=60)
+    CredentialPool.record(P, KEYS[0], 429, model="gpt-4.1", retry_after_seconds=60)  # one key of 3
+    summary = client.get("/cooldown/status", headers=AUTH).json
+    assert summary is not None
+    counts = summary["providers"][P]
+    assert counts["all_cooling_scopes"] == 1
+    assert counts["clients_get_429_for"] == ["gpt-4o"]  # in catalog order, gpt-4.1 still served
+    assert summary["fleet"] is None  # no sharing: no fleet
+
+
+def test_a_key_cooling_everywhere_counts_in_every_scope(client: FlaskClient) -> None:
+    CredentialPool.record(P, KEYS[0], 401, model="gpt-4o")  # credential-wide
+    for key in KEYS[1:]:
+        CredentialPool.record(P, key, 429, model="gpt-4.1", retry_after_seconds=60)
+    counts = client.get("/cooldown/status", headers=AUTH).json["providers"][P]  # type: ignore[index]
+    assert counts["all_cooling_scopes"] == 1  # gpt-4.1: keys 2 and 3 for it, key 1 everywhere
+    assert counts["clients_get_429_for"] == ["gpt-4.1"]
+    for key in KEYS[1:]:
+        CredentialPool.record(P, key, 401, model="gpt-4.1")
+    counts = client.get("/cooldown/status", headers=AUTH).json["providers"][P]  # type: ignore[index]
+    assert counts["all_cooling_scopes"] >= 1
+    assert counts["clients_get_429_for"] == [
+        "gpt-4o",
+        "gpt-4o-mini",
+        "gpt-4.1",
+    ]  # every key, everywhere
+
+
+@pytest.mark.parametrize("model", [None, "gpt-4o", "gpt-4.1"])
+def test_one_consistent_set_of_counts(client: FlaskClient, model: str | None) -> None:
+    CredentialPool.record(P, KEYS[0], 401, model="gpt-4o")
+    CredentialPool.record(P, KEYS[1], 429, model="gpt-4o", retry_after_seconds=60)
+    CredentialPool.record(P, KEYS[2], 429, model="gpt-4.1", retry_after_seconds=60)
+    status = CredentialPool.status(P, model=model)
+    ready = [key for key in status["keys"] if key["state"] == "ready"]
+    assert status["ready"] + status["cooling"] == len(status["keys"])
+    assert status["cooling_some_models"] == sum(1 for key in ready if key["scoped_cooldowns"])

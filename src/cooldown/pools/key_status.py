@@ -28,7 +28,7 @@ class PoolStatus(TypedDict):
     keys: list[KeyStatus]
     ready: int
     cooling: int
-    cooling_some_models: int  # keys with scoped_cooldowns > 0: per-model trouble, at a glance
+    cooling_some_models: int  # ready keys with scoped_cooldowns > 0: per-model trouble
 
 
 def pool_status(
@@ -59,7 +59,9 @@ def pool_status(
         "keys": keys,
         "ready": len(keys) - cooling,
         "cooling": cooling,
-        "cooling_some_models": sum(1 for key in keys if key["scoped_cooldowns"]),
+        "cooling_some_models": sum(
+            1 for key in keys if key["state"] == "ready" and key["scoped_cooldowns"]
+        ),
     }
 
 

@@ -47,6 +47,7 @@ class Attempts:
     _shared: Sharing | None
     _exhausted_total: int
     _capacity_rejections_total: int
+    _probes_total: int
     _choose: Callable[..., list[str]]  # the store's one selection, under its lock
 
     def admit(
@@ -66,6 +67,39 @@ class Attempts:
         """Choose a key for one dispatch and count it in flight, in one step, so no two
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
         (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
+        taken = self._admitted(
+            provider,
+            keys,
+            model,
+            quota_bucket,
+            max_seconds,
+            now,
+            legacy_rest_until,
+            order,
+            exclude,
+            lease_seconds,
+        )
+        if taken is not None and taken[1].probe:
+            with self._lock:
+                self._probes_total += 1
+            sharing = self._shared
+            if sharing is not None:
+                sharing.backend.add_to_fleet("probes_total", taken[1].started)
+        return taken
+
+    def _admitted(
+        self,
+        provider: str,
+        keys: Sequence[str],
+        model: str | None,
+        quota_bucket: str | None,
+        max_seconds: int,
+        now: float | None,
+        legacy_rest_until: Mapping[str, float] | None,
+        order: Order,
+        exclude: Collection[str],
+        lease_seconds: float,
+    ) -> tuple[str, Attempt] | None:
         lease = finite_number(lease_seconds, "lease_seconds")
         if lease <= 0:
             raise ValueError("lease_seconds must be above 0")
@@ -114,11 +148,13 @@ class Attempts:
         if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
             with self._lock:
                 self._capacity_rejections_total += 1
+            sharing.backend.add_to_fleet("capacity_rejections_total", now)
             raise ModelCooldownCapacity(retry_after(answer.overflow, now, ceiling))
         if claim.excluded_free:  # the free keys left were all tried: the last answer stands
             return True, None
         with self._lock:
             self._exhausted_total += 1
+        sharing.backend.add_to_fleet("exhausted_total", now)
         raise ModelCooldownExhausted(retry_after(min(claim.earliest, *answer.holds), now, ceiling))
 
     @contextmanager

@@ -10,7 +10,17 @@ from ..arguments import require_str
 from ..digests import PreparedHmac, credential_message
 from ..evidence.learn import LearnedWindow
 
-__all__ = ["SharedAttempt", "SharedObservations", "SharedStart", "Sharing", "shared_releases"]
+__all__ = [
+    "FLEET_COUNTERS",
+    "SharedAttempt",
+    "SharedObservations",
+    "SharedStart",
+    "Sharing",
+    "shared_releases",
+]
+
+FLEET_COUNTERS = ("exhausted_total", "capacity_rejections_total", "escalated_total", "probes_total")
+"""The counters every process also adds to the shared state, for the fleet's totals."""
 
 
 class SharedStart(NamedTuple):
@@ -66,6 +76,10 @@ class SharedObservations(Protocol):
     ) -> SharedStart | None: ...
 
     def end(self, attempt: SharedAttempt, *, served: bool) -> None: ...
+
+    def add_to_fleet(self, counter: str, now: float) -> None: ...
+
+    def fleet_counts(self, now: float) -> dict[str, int] | None: ...
 
     def stats(self) -> dict[str, int | bool]: ...
 

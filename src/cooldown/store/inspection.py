@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from ..arguments import require_keys, require_str, resolve_now
 from ..digests import PreparedHmac, credential_message, credential_prefix
@@ -34,6 +35,7 @@ class Inspection:
     _escalated_total: int
     _exhausted_total: int
     _capacity_rejections_total: int
+    _probes_total: int
 
     def explain(
         self,
@@ -104,6 +106,38 @@ class Inspection:
                 counts = list(map(max, counts, shared_counts))
         return counts
 
+    def all_cooling_scopes(
+        self, provider: str, keys: Sequence[str], *, now: float | None = None
+    ) -> int:
+        """In how many models or buckets every one of these keys cools right now: where
+        clients get 429. Counted from the live entries (the shared ones, when Redis answers),
+        without a name; a key cooling credential-wide cools in every scope, and when every
+        key does, that counts as one scope at least. For operators, not routes."""
+        prefix = credential_prefix(provider)
+        messages = [
+            credential_message(prefix, require_str(key, "each key")) for key in require_keys(keys)
+        ]
+        current_time = resolve_now(now)
+        if not messages:
+            return 0
+        sharing = self._shared
+        shared = None if sharing is None else sharing.backend.live_entries(current_time)
+        if sharing is not None and shared is not None:
+            credentials = {sharing.digest(message).hex() for message in messages}
+            return _every_key_cooling(shared, credentials, 2 * DIGEST_SIZE)
+        with self._lock:  # a C-speed copy; the counting runs without the lock
+            held = list(self._deadlines.items())
+        live = [entry for entry, deadline in held if deadline > current_time]
+        return _every_key_cooling(live, {self._digest(m) for m in messages}, DIGEST_SIZE)
+
+    def fleet(self, *, now: float | None = None) -> dict[str, int] | None:
+        """Every process's counters added up in the shared state; `None` without sharing (or
+        while Redis does not answer)."""
+        sharing = self._shared
+        if sharing is None:
+            return None
+        return sharing.backend.fleet_counts(resolve_now(now))
+
     @property
     def entry_count(self) -> int:
         """Entries held as of the last prune; reading it does not prune."""
@@ -125,5 +159,21 @@ class Inspection:
                 "escalated_total": self._escalated_total,
                 "exhausted_total": self._exhausted_total,
                 "capacity_rejections_total": self._capacity_rejections_total,
+                "probes_total": self._probes_total,
                 **(_LOCAL_ONLY if self._shared is None else self._shared.backend.stats()),
             }
+
+
+_Id = TypeVar("_Id", bytes, str)
+
+
+def _every_key_cooling(entries: Sequence[_Id], credentials: set[_Id], size: int) -> int:
+    """Scopes whose entries cover every credential (a credential-wide entry covers all)."""
+    wide = {entry for entry in entries if len(entry) == size and entry in credentials}
+    cooling_by_scope: dict[_Id, set[_Id]] = {}
+    for entry in entries:
+        if len(entry) > size and entry[:size] in credentials:
+            cooling_by_scope.setdefault(entry[size:], set()).add(entry[:size])
+    missing = credentials - wide
+    every = sum(1 for cooling in cooling_by_scope.values() if missing <= cooling)
+    return max(every, 1) if not missing else every

@@ -102,6 +102,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
         self._escalated_total = 0
         self._exhausted_total = 0
         self._capacity_rejections_total = 0
+        self._probes_total = 0
         self._shared: Sharing | None = None
 
     def __repr__(self) -> str:
@@ -154,6 +155,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
         started = None if sent_at is None else resolve_now(sent_at, "sent_at")
         health = outcome.credential_health
         cooling = delay(retry_after_seconds, fallback, ceiling)
+        escalated = False
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
@@ -173,6 +175,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
                 else:
+                    escalated = len(parts) > 1
                     parts = parts[:1]  # escalated: shared as the credential-wide entry too
         sharing = self._shared
         if sharing is not None:
@@ -190,6 +193,8 @@ class ModelCooldown(Selection, Inspection, Attempts):
                 sharing.backend.clear(shared_entry, current_time, sent)
             else:
                 sharing.backend.record(shared_entry, current_time + cooling, current_time, ceiling)
+            if escalated:
+                sharing.backend.add_to_fleet("escalated_total", current_time)
         return deadline
 
     def _store(self, entry: bytes, deadline: float) -> tuple[bytes, float]:
@@ -235,6 +240,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
             self._escalated_total = 0
             self._exhausted_total = 0
             self._capacity_rejections_total = 0
+            self._probes_total = 0
 
 
 model_cooldown = ModelCooldown()

@@ -17,7 +17,7 @@ from ..arguments import (
     retry_after,
 )
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
-from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
+from ..errors import CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
 from .admission import ORDERS, Admission, Claim, Load, Order
 from .backend import Sharing, shared_releases
 from .schedule import DeadlineSchedule
@@ -250,10 +250,35 @@ class Selection:
         ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow = lookup
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
-            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, 0.0)
+            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow)
         if claim is not None and scope is None:
             raise ValueError("admit needs a model or a quota bucket")
         spread = order == "spread" and scope is not None
+        try:
+            return self._choose_locked(mode, lookup, order, claim, spread)
+        except CooldownError as refused:  # the fleet counts it too (after the lock)
+            self._tell_fleet(refused)
+            raise
+
+    def _tell_fleet(self, refused: CooldownError) -> None:
+        sharing = self._shared
+        if sharing is not None:
+            counter = (
+                "exhausted_total"
+                if isinstance(refused, ModelCooldownExhausted)
+                else "capacity_rejections_total"
+            )
+            sharing.backend.add_to_fleet(counter, time.monotonic())
+
+    def _choose_locked(
+        self,
+        mode: Literal["available", "eligible", "select"],
+        lookup: Lookup,
+        order: Order,
+        claim: Claim | None,
+        spread: bool,
+    ) -> list[str]:
+        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow = lookup
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)

@@ -18,6 +18,7 @@ from typing import Any
 from flask import Response
 
 from ..forksafe import new_lock
+from ..store.backend import FLEET_COUNTERS
 from .summary import overview
 
 __all__ = ["MULTIPROCESS_ENV", "PUBLISH_SECONDS", "metrics_response", "publish_when_multiprocess"]
@@ -31,6 +32,11 @@ SUMMED_GAUGES = ("live_observations", "capacity")  # each process holds its own
 SHARED_GAUGES = ("overflow_active", "shared", "shared_degraded")  # the worst process counts
 KEY_STATES = ("ready", "cooling", "cooling_some_models")
 KEYS_METRIC = ("model_cooldown_keys", "configured keys by provider and state")
+FLEET_METRIC = "model_cooldown_fleet_{}"
+ALL_COOLING_METRIC = (
+    "model_cooldown_all_cooling_scopes",
+    "models or buckets in which every key of the provider cools: clients get 429 there",
+)
 SCOPED_METRIC = (
     "model_cooldown_scoped_cooldowns",
     "live per-model (or bucket) cooldowns over the provider's keys",
@@ -55,13 +61,24 @@ def _families(summary: dict[str, Any]) -> list[Any]:
         for name, value in summary.items()
         if name.endswith("_total")
     ]
+    families += [
+        CounterMetricFamily(*_fleet_named(name), value=value)
+        for name, value in (summary["fleet"] or {}).items()
+    ]
     keys = GaugeMetricFamily(*KEYS_METRIC, labels=["provider", "state"])
     scoped = GaugeMetricFamily(*SCOPED_METRIC, labels=["provider"])
+    all_cooling = GaugeMetricFamily(*ALL_COOLING_METRIC, labels=["provider"])
     for provider, counts in summary["providers"].items():
         for state in KEY_STATES:
             keys.add_metric([provider, state], counts[state])
         scoped.add_metric([provider], counts["scoped_cooldowns"])
-    return [*families, keys, scoped]
+        all_cooling.add_metric([provider], counts["all_cooling_scopes"])
+    return [*families, keys, scoped, all_cooling]
+
+
+def _fleet_named(name: str) -> tuple[str, str]:
+    """A fleet counter (`exhausted_total`): every process's increments, added up in Redis."""
+    return FLEET_METRIC.format(name.removesuffix("_total")), f"fleet-wide {name.replace('_', ' ')}"
 
 
 class _Publisher:
@@ -95,6 +112,23 @@ class _Publisher:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self._all_cooling = Gauge(
+            *ALL_COOLING_METRIC,
+            ["provider"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        # The fleet's counters are read from Redis by every worker: taken once (the
+        # largest, the freshest read), never summed over workers.
+        self._fleet = {
+            name: Gauge(
+                _fleet_named(name)[0] + "_total",
+                _fleet_named(name)[1],
+                registry=registry,
+                multiprocess_mode="livemax",
+            )
+            for name in FLEET_COUNTERS
+        }
         self.lock = new_lock(self)
 
     def publish(self, summary: dict[str, Any]) -> None:
@@ -108,6 +142,9 @@ class _Publisher:
                 for state in KEY_STATES:
                     self._keys.labels(provider, state).set(counts[state])
                 self._scoped.labels(provider).set(counts["scoped_cooldowns"])
+                self._all_cooling.labels(provider).set(counts["all_cooling_scopes"])
+            for name, value in (summary["fleet"] or {}).items():
+                self._fleet[name].set(value)
 
     def _count(self, name: str, value: float) -> None:
         """Counters only grow: publish what was added since last time (a reset adds nothing)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from flask import current_app
+from flask import current_app, has_app_context
 
 from ..config import STATUS_MODELS_ENV, warn_once
 from ..evidence.advice import selection_scope
@@ -18,10 +18,11 @@ __all__ = ["catalog", "matrix", "overview"]
 def catalog() -> list[str]:
     """The models and buckets the operator wants in the matrix, in their order.
 
-    `app.config["MODEL_COOLDOWN_STATUS_MODELS"]` (a list of names), else the variable of that
-    name (comma-separated). Names come from the operator, never from the store.
+    `app.config["MODEL_COOLDOWN_STATUS_MODELS"]` (a list of names), else (and outside an
+    app, as in the metrics publisher) the variable of that name (comma-separated). Names
+    come from the operator, never from the store.
     """
-    configured = current_app.config.get(STATUS_MODELS_ENV)
+    configured = current_app.config.get(STATUS_MODELS_ENV) if has_app_context() else None
     if configured is None:
         configured = (os.environ.get(STATUS_MODELS_ENV) or "").split(",")
     if isinstance(configured, str) or not isinstance(configured, (list, tuple)):
@@ -32,19 +33,37 @@ def catalog() -> list[str]:
 
 
 def overview() -> dict[str, Any]:
-    """The store's counters, and per provider with keys: ready, cooling, cooling some models."""
+    """Per provider with keys, what clients meet first (the scopes where every key cools,
+    and the catalog names they get 429 for), then one consistent set of counts (`ready +
+    cooling == keys`; `cooling_some_models` counts ready keys cooling for some model); then
+    this process's counters, and the fleet's (`None` without sharing)."""
+    names = catalog()
     providers = {}
     for provider in CredentialPool.providers():
-        if not CredentialPool.keys(provider):
+        keys = CredentialPool.keys(provider)
+        if not keys:
             continue  # a built-in provider this gateway does not use
         status = CredentialPool.status(provider)
         providers[provider] = {
+            "all_cooling_scopes": model_cooldown.all_cooling_scopes(provider, keys),
+            "clients_get_429_for": [name for name in names if _every_key_cools(provider, name)],
+            "keys": len(status["keys"]),
             "ready": status["ready"],
             "cooling": status["cooling"],
             "cooling_some_models": status["cooling_some_models"],
             "scoped_cooldowns": sum(key["scoped_cooldowns"] for key in status["keys"]),
         }
-    return {**model_cooldown.stats(), "providers": providers}
+    return {
+        "providers": providers,
+        "worker_pid": os.getpid(),  # whose counters these are (each worker keeps its own)
+        **model_cooldown.stats(),
+        "fleet": model_cooldown.fleet(),
+    }
+
+
+def _every_key_cools(provider: str, name: str) -> bool:
+    status = CredentialPool.status(provider, **selection_scope(provider, name))
+    return status["ready"] == 0
 
 
 def matrix(provider: str) -> dict[str, Any]:
