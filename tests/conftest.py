@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -363,3 +365,36 @@ def redis_servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     yield start
     for server in servers:
         server.stop()
+
+
+@contextlib.contextmanager
+def gunicorn_app(
+    directory: Path, module: str, environment: dict[str, str], *, workers: int
+) -> Iterator[str]:
+    """`gunicorn module:app` with `workers` sync workers on a free loopback port; its URL once
+    it answers, and the server stopped by its PID afterwards."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gunicorn", "-w", str(workers)),
+            *("-b", f"127.0.0.1:{port}", "--chdir", str(directory), f"{module}:app"),
+        ],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "/cooldown/", timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                assert process.poll() is None, "gunicorn exited"
+                time.sleep(0.1)
+        yield url
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)

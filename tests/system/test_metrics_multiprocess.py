@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 import urllib.request
@@ -15,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import free_port
+from ..conftest import gunicorn_app
 
 TOKEN = "multiprocess-token-" + "x" * 20
 APP = textwrap.dedent(
@@ -46,7 +43,6 @@ def gunicorn(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "mp_app.py").write_text(APP)
     metrics = tmp_path / "metrics"
     metrics.mkdir()
-    port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
     environment.update(
         MODEL_COOLDOWN_ENABLED="true",
@@ -54,28 +50,8 @@ def gunicorn(tmp_path: Path) -> Iterator[str]:
         MP_KEY="sk-mp",
         PROMETHEUS_MULTIPROC_DIR=str(metrics),
     )
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "gunicorn", "-w", "2"),
-            *("-b", f"127.0.0.1:{port}", "--chdir", str(tmp_path), "mp_app:app"),
-        ],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/cooldown/", timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "gunicorn did not start"
-            assert process.poll() is None, "gunicorn exited"
-            time.sleep(0.1)
-    yield url
-    os.kill(process.pid, signal.SIGTERM)
-    process.wait(timeout=30)
+    with gunicorn_app(tmp_path, "mp_app", environment, workers=2) as url:
+        yield url
 
 
 def scrape(url: str) -> str:

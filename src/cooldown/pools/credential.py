@@ -16,11 +16,11 @@ from ._common import (
     shared_state_configured,
 )
 from .code_keys import CodeKeys, KeySource
-from .dispatching import check_advice, steps_for
+from .dispatching import steps_for
 from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
-from .rotation import arotate, check_rotate_on, refuse_coroutine_function, rotate
+from .rotation import arotate, refuse_coroutine_function, rotate
 
 __all__ = ["CredentialPool"]
 
@@ -122,9 +122,8 @@ class CredentialPool(KeyRecording):
         connection) cools nothing and propagates. `rotate_on` lists provider-failure statuses
         (500-599) that move to the next untried free key, cooling nothing. `advice(answer)`
         reads seconds from a throttle's body (`google_retry_delay`); the later of it and the
-        headers' advice stands. `None` without
-        calling `send` when no key is configured. `send` must be a plain function; an
-        `async def send` goes to `adispatch`.
+        headers' advice stands. `None` without calling `send` when no key is configured.
+        `send` must be a plain function; an `async def send` goes to `adispatch`.
         """
         refuse_coroutine_function(send)
         steps = steps_for(
@@ -136,8 +135,8 @@ class CredentialPool(KeyRecording):
             quota_buckets,
             now,
             order,
-            check_rotate_on(rotate_on),
-            check_advice(advice),
+            rotate_on,
+            advice,
         )
         return rotate(steps, send)
 
@@ -170,8 +169,8 @@ class CredentialPool(KeyRecording):
             quota_buckets,
             now,
             order,
-            check_rotate_on(rotate_on),
-            check_advice(advice),
+            rotate_on,
+            advice,
         )
         return await arotate(steps, send, offload=shared_state_configured())
 

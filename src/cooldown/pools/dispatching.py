@@ -7,7 +7,7 @@ The legacy path (feature off, or no model) keeps the wave-2 loop with no bookkee
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..arguments import resolve_now, usable_advice
@@ -26,7 +26,7 @@ from ..evidence.ratelimit import request_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
-from .rotation import Steps, rotation
+from .rotation import Steps, check_rotate_on, rotation
 
 SDK_RETRIES_WARNING = (
     "provider %s: the upstream client retried inside send (x-stainless-retry-count > 0); "
@@ -103,9 +103,12 @@ def steps_for(
     quota_buckets: QuotaBuckets | None,
     now: float | None,
     order: Order,
-    rotate_on: frozenset[int],
-    advice: BodyAdvice | None,
+    rotate_on: Iterable[int],
+    advice: object,
 ) -> Steps:
+    """The loop's steps for one dispatch; its arguments checked before anything is sent."""
+    rotate_on = check_rotate_on(rotate_on)
+    advice = check_advice(advice)
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
         scope["quota_bucket"] = quota_bucket
