@@ -103,6 +103,7 @@ def test_forwarded_env_lists_every_setting() -> None:
         "MODEL_COOLDOWN_LEASE_SECONDS",
         "MODEL_COOLDOWN_FIRST_DELAY",
         "MODEL_COOLDOWN_STATUS_MODELS",
+        "MODEL_COOLDOWN_ACCOUNTS",
     )
 
 

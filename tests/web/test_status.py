@@ -64,6 +64,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
                 "reason": "scope",
                 "retry_after": 30,
                 "scoped_cooldowns": 1,
+                "account": None,
             },
             {
                 "index": 2,
@@ -71,6 +72,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
                 "reason": None,
                 "retry_after": None,
                 "scoped_cooldowns": 0,
+                "account": None,
             },
             {
                 "index": 3,
@@ -78,11 +80,13 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
                 "reason": "credential",
                 "retry_after": 290,
                 "scoped_cooldowns": 0,
+                "account": None,
             },
         ],
         "ready": 1,
         "cooling": 2,
         "cooling_some_models": 0,  # ready keys only (SPEC §23): key 1 is cooling, not ready
+        "accounts_cooling": 0,
     }
     other_model = CredentialPool.status(P, model="another", now=110)
     assert [key["reason"] for key in other_model["keys"]] == [None, None, "credential"]
@@ -99,6 +103,7 @@ def test_legacy_status(three_keys: None) -> None:
         "reason": "legacy",
         "retry_after": 50,
         "scoped_cooldowns": 0,
+        "account": None,
     }
     assert (status["ready"], status["cooling"]) == (2, 1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from ..arguments import resolve_now
@@ -15,6 +15,7 @@ from ._common import (
     scoped_settings,
     shared_state_configured,
 )
+from .accounts import checked_accounts
 from .code_keys import CodeKeys, KeySource
 from .dispatching import steps_for
 from .key_status import PoolStatus, keys_status
@@ -67,12 +68,19 @@ class CredentialPool(KeyRecording):
 
     @classmethod
     def register(
-        cls, provider: str, base_env: str | None = None, *, keys: KeySource | None = None
+        cls,
+        provider: str,
+        base_env: str | None = None,
+        *,
+        keys: KeySource | None = None,
+        accounts: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         """Pool `provider`'s keys from the variables `base_env` and `base_env_<n>`, or from
         `keys`: a sequence of strings, or a zero-argument callable returning one (read again
-        when its last result is more than a second old). Registering again replaces the
-        provider's source."""
+        when its last result is more than a second old). `accounts` groups keys that share
+        one provider account (`{"team-a": [1, 2]}`, 1-based positions): a throttle on one
+        cools the scope for all of them. Registering again replaces the provider's source
+        (and its accounts)."""
         if not isinstance(provider, str):
             raise TypeError("provider must be a str")
         if not provider:
@@ -82,8 +90,13 @@ class CredentialPool(KeyRecording):
         source: str | CodeKeys = (
             _variable_name(base_env) if keys is None else CodeKeys(provider, keys)
         )
+        grouped = None if accounts is None else checked_accounts(provider, accounts)
         with cls._lock:
             cls._providers[provider] = source
+            if grouped is None:
+                cls._accounts.pop(provider, None)
+            else:
+                cls._accounts[provider] = grouped
 
     @classmethod
     def pooled(cls, provider: str) -> bool:
@@ -200,6 +213,7 @@ class CredentialPool(KeyRecording):
             model=model,
             quota_bucket=quota_bucket,
             now=current_time,
+            accounts=cls.accounts(provider),
         )
 
     @classmethod

@@ -199,11 +199,21 @@ class _ScopedDispatch:
         With shared state, these writes go with the attempt's end, in one round trip."""
         key, attempt = admitted
         if attempt.shared is None:
-            self._record(key, attempt, answer, evidence)
-            return
-        with model_cooldown.ending(attempt):
-            self._record(key, attempt, answer, evidence)
-            attempt.shared.learned = window_learner.export(self.provider, key, self._scope())
+            deadline = self._record(key, attempt, answer, evidence)
+        else:
+            with model_cooldown.ending(attempt):
+                deadline = self._record(key, attempt, answer, evidence)
+                attempt.shared.learned = window_learner.export(self.provider, key, self._scope())
+        self.pool._cool_siblings(  # after the ending: a sibling's write is not this attempt's
+            self.provider,
+            key,
+            self._evidence(answer, evidence),
+            self.model,
+            self.quota_bucket,
+            deadline,
+            self.current,
+            self.now,
+        )
 
     def _record(
         self,
@@ -211,13 +221,11 @@ class _ScopedDispatch:
         attempt: Attempt,
         answer: Answer,
         evidence: RecordingContext,
-    ) -> None:
-        self.pool._record_scoped(
+    ) -> float | None:
+        deadline = self.pool._record_scoped(
             self.provider,
             key,
-            ScopedRecording.from_call(
-                answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
-            ),
+            self._evidence(answer, evidence),
             self.model,
             self.quota_bucket,
             evidence.get("retry_after_seconds"),
@@ -236,6 +244,13 @@ class _ScopedDispatch:
                 reset_seconds=budget[1],
                 now=self.now,
             )
+        return deadline
+
+    @staticmethod
+    def _evidence(answer: Answer, evidence: RecordingContext) -> ScopedRecording:
+        return ScopedRecording.from_call(
+            answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
+        )
 
     def _scope(self) -> bytes:
         message = scope_message(self.model, self.quota_bucket)

@@ -21,6 +21,7 @@ class KeyStatus(TypedDict):
     reason: Reason | None
     retry_after: int | None
     scoped_cooldowns: int  # models or buckets this key cools for right now, whatever was asked
+    account: str | None  # the operator's label of the account it shares a quota with
 
 
 class PoolStatus(TypedDict):
@@ -29,6 +30,7 @@ class PoolStatus(TypedDict):
     ready: int
     cooling: int
     cooling_some_models: int  # ready keys with scoped_cooldowns > 0: per-model trouble
+    accounts_cooling: int  # accounts whose every key is cooling for the scope asked
 
 
 def pool_status(
@@ -37,9 +39,11 @@ def pool_status(
     scoped: Sequence[int],
     now: float,
     max_seconds: int,
+    accounts: Mapping[int, str] | None = None,
 ) -> PoolStatus:
     """JSON-ready status from `ModelCooldown.explain`-style `(reason, release)` pairs and
-    `ModelCooldown.scoped_counts`."""
+    `ModelCooldown.scoped_counts`, with each key's account label (by 1-based position)."""
+    grouped = accounts or {}
     keys: list[KeyStatus] = []
     for position, ((reason, release), count) in enumerate(
         zip(explained, scoped, strict=True), start=1
@@ -51,6 +55,7 @@ def pool_status(
                 "reason": reason,  # type: ignore[typeddict-item]
                 "retry_after": None if reason is None else retry_after(release, now, max_seconds),
                 "scoped_cooldowns": count,
+                "account": grouped.get(position),
             }
         )
     cooling = sum(1 for key in keys if key["state"] == "cooling")
@@ -62,7 +67,18 @@ def pool_status(
         "cooling_some_models": sum(
             1 for key in keys if key["state"] == "ready" and key["scoped_cooldowns"]
         ),
+        "accounts_cooling": _accounts_cooling(keys),
     }
+
+
+def _accounts_cooling(keys: Sequence[KeyStatus]) -> int:
+    ready_in: dict[str, bool] = {}
+    for key in keys:
+        if key["account"] is not None:
+            ready_in[key["account"]] = ready_in.get(key["account"], False) or (
+                key["state"] == "ready"
+            )
+    return sum(1 for ready in ready_in.values() if not ready)
 
 
 def keys_status(
@@ -74,9 +90,10 @@ def keys_status(
     model: str | None,
     quota_bucket: str | None,
     now: float,
+    accounts: Mapping[int, str] | None = None,
 ) -> PoolStatus:
     """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
-    on both paths, how many models each key cools for."""
+    on both paths, how many models each key cools for, and its account."""
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
         share_when_configured(model_cooldown, configured)
@@ -85,7 +102,7 @@ def keys_status(
         legacy: list[tuple[str | None, float]] = [
             ("legacy", rests[key]) if key in rests else (None, 0.0) for key in keys
         ]
-        return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS)
+        return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS, accounts)
     explained = model_cooldown.explain(
         provider,
         keys,
@@ -95,4 +112,4 @@ def keys_status(
         now=now,
         legacy_rest_until=rests,
     )
-    return pool_status(provider, explained, scoped, now, current.max_seconds)
+    return pool_status(provider, explained, scoped, now, current.max_seconds, accounts)

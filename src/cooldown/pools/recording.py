@@ -9,6 +9,7 @@ from ..arguments import resolve_now
 from ..config import CooldownSettings
 from ..evidence.headers import header_value
 from ..evidence.outcome import UpstreamOutcome
+from ..store import model_cooldown
 from ._common import (
     ScopedRecording,
     check_evidence,
@@ -66,9 +67,10 @@ class KeyRecording(KeySelection):
             cls._record_legacy(provider, key, status, resolve_now(now))
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
-        cls._record_scoped(
+        deadline = cls._record_scoped(
             provider, key, evidence, model, quota_bucket, retry_after_seconds, current, now, sent_at
         )
+        cls._cool_siblings(provider, key, evidence, model, quota_bucket, deadline, current, now)
 
     @classmethod
     def _record_scoped(
@@ -82,8 +84,9 @@ class KeyRecording(KeySelection):
         current: CooldownSettings,
         now: float | None,
         sent_at: float | None,
-    ) -> None:
-        """`record` on the scoped path, its arguments checked (`dispatch` calls it directly)."""
+    ) -> float | None:
+        """`record` on the scoped path, its arguments checked (`dispatch` calls it directly);
+        the deadline recorded, if any."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
             provider,
             key,
@@ -101,6 +104,39 @@ class KeyRecording(KeySelection):
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
             cls._legacy.rest(provider, key, deadline, resolve_now(now), keep_later=True)
+        return deadline
+
+    @classmethod
+    def _cool_siblings(
+        cls,
+        provider: str,
+        key: str,
+        evidence: ScopedRecording,
+        model: str | None,
+        quota_bucket: str | None,
+        deadline: float | None,
+        current: CooldownSettings,
+        now: float | None,
+    ) -> None:
+        """A throttle of one key of an account is its siblings' too: the same scope cools for
+        each of them until the same deadline. An auth rejection stays the one key's."""
+        if deadline is None or evidence.outcome.credential_health != "throttled":
+            return
+        siblings = cls.siblings(provider, key)
+        if not siblings:
+            return
+        remaining = max(0.0, deadline - resolve_now(now))
+        for sibling in siblings:  # no pool lock: the store may reach Redis
+            model_cooldown.record(
+                provider,
+                sibling,
+                evidence.outcome,
+                model=model,
+                quota_bucket=quota_bucket,
+                retry_after_seconds=remaining,
+                max_seconds=current.max_seconds,
+                now=now,
+            )
 
     @classmethod
     def _record_legacy(cls, provider: str, key: str, status: int, now: float) -> None:

@@ -8,6 +8,7 @@ from typing import ClassVar
 from ..arguments import require_keys, resolve_now
 from ..store import Order, model_cooldown
 from ._common import by_affinity, check_affinity, scoped_max_seconds
+from .accounts import AccountMap, accounts_from_environment
 from .code_keys import CodeKeys
 from .discovery import discover, numbered_keys
 from .legacy import LegacyRests
@@ -20,6 +21,7 @@ class KeySelection:
 
     _legacy: ClassVar[LegacyRests]
     _providers: ClassVar[dict[str, str | CodeKeys]]  # the base variable of its keys, or code
+    _accounts: ClassVar[dict[str, dict[int, str]]] = {}  # registered: position -> label
 
     @classmethod
     def keys(cls, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -33,6 +35,30 @@ class KeySelection:
         if isinstance(source, CodeKeys):
             return source.current()
         return discover(source, numbered_keys(source), environ)
+
+    @classmethod
+    def accounts(cls, provider: str) -> AccountMap:
+        """Position -> account label: registered ones, else `MODEL_COOLDOWN_ACCOUNTS`."""
+        registered = cls._accounts.get(provider)
+        return accounts_from_environment(provider) if registered is None else registered
+
+    @classmethod
+    def siblings(cls, provider: str, key: str) -> list[str]:
+        """The other keys of `key`'s account (none when it is in no account)."""
+        grouped = cls.accounts(provider)
+        if not grouped:
+            return []
+        keys = cls.keys(provider)
+        if key not in keys:
+            return []
+        label = grouped.get(keys.index(key) + 1)
+        if label is None:
+            return []
+        return [
+            other
+            for position, other in enumerate(keys, start=1)
+            if other != key and grouped.get(position) == label
+        ]
 
     @classmethod
     def available(

@@ -1,0 +1,65 @@
+"""Keys that share one provider account, and so one quota (SPEC §21).
+
+OpenAI's limits belong to an organization or project: a throttle on one key of an account is
+a throttle on its siblings too, and sending the next attempt to a sibling only meets another
+429. Accounts group keys by their 1-based configured position, from
+`CredentialPool.register(..., accounts=...)` or `MODEL_COOLDOWN_ACCOUNTS` (JSON
+`{"<provider>": {"<account label>": [<positions>]}}`); a key in no account is its own.
+Labels are an operator's names, not secrets: the status shows them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+
+from ..config import ACCOUNTS_ENV, accounts_setting, warn_once
+
+__all__ = ["AccountMap", "accounts_from_environment", "checked_accounts"]
+
+AccountMap = Mapping[int, str]
+"""1-based key position -> its account's label."""
+
+
+def checked_accounts(provider: str, accounts: object) -> dict[int, str]:
+    """`{label: [positions]}` as position -> label; a clear error for anything else."""
+    if not isinstance(accounts, Mapping):
+        raise TypeError(f"accounts for provider {provider!r} must map a label to key positions")
+    by_position: dict[int, str] = {}
+    for label, positions in accounts.items():
+        if not isinstance(label, str) or not label:
+            raise TypeError("an account label must be a non-empty str")
+        if isinstance(positions, (str, bytes)) or not isinstance(positions, (list, tuple)):
+            raise TypeError("an account's key positions must be a list of ints")
+        for position in positions:
+            if isinstance(position, bool) or not isinstance(position, int):
+                raise TypeError("an account's key positions must be ints (1 is the first key)")
+            if position < 1:
+                raise ValueError("key positions start at 1")
+            if by_position.setdefault(position, label) != label:
+                raise ValueError("a key position belongs to one account at most")
+    return by_position
+
+
+def accounts_from_environment(provider: str) -> AccountMap:
+    """This provider's accounts in `MODEL_COOLDOWN_ACCOUNTS` (`app.config` over the
+    environment); malformed: none, with one warning."""
+    return _parsed(accounts_setting()).get(provider, {})
+
+
+@lru_cache(maxsize=16)
+def _parsed(raw: str) -> dict[str, dict[int, str]]:
+    if not raw.strip():
+        return {}
+    try:
+        document = json.loads(raw)
+        if not isinstance(document, dict):
+            raise TypeError
+        return {
+            provider: checked_accounts(provider, accounts)
+            for provider, accounts in document.items()
+        }
+    except (ValueError, TypeError, RecursionError):
+        warn_once(ACCOUNTS_ENV, "%s is malformed; keys are grouped in no account")
+        return {}

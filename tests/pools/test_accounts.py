@@ -1,0 +1,150 @@
+"""Keys that share one provider account: a throttle cools the scope for every sibling."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cooldown import CredentialPool, ModelCooldown, init_app
+from cooldown.shared.observations import RedisObservations
+
+P = "accounted"
+KEYS = ["sk-a-one-0123456789", "sk-a-two-0123456789", "sk-b-one-0123456789"]
+ACCOUNTS = {"team-a": [1, 2], "team-b": [3]}
+
+
+@pytest.fixture(autouse=True)
+def unregister() -> Iterator[None]:
+    yield
+    CredentialPool._providers.pop(P, None)
+    CredentialPool._accounts.pop(P, None)
+
+
+@pytest.fixture
+def pool(enabled: None) -> None:
+    CredentialPool.register(P, keys=KEYS, accounts=ACCOUNTS)
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.status_code, self.headers = status, headers or {}
+
+
+def test_a_throttle_cools_that_model_for_every_key_of_the_account(pool: None) -> None:
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0)
+    assert CredentialPool.available(P, model="m", now=1) == [KEYS[2]]
+    assert CredentialPool.available(P, model="other", now=1) == KEYS  # that model only
+    assert CredentialPool.available(P, model="m", now=30) == KEYS  # the same deadline
+
+
+def test_an_auth_rejection_stays_the_one_keys(pool: None) -> None:
+    CredentialPool.record(P, KEYS[0], 401, model="m", now=0)
+    assert CredentialPool.available(P, model="m", now=1) == KEYS[1:]
+
+
+def test_dispatch_after_a_throttle_goes_to_another_account_not_a_sibling(pool: None) -> None:
+    sent: list[str] = []
+
+    def send(key: str) -> Answer:
+        sent.append(key)
+        return Answer(429, {"Retry-After": "30"}) if key != KEYS[2] else Answer(200)
+
+    answer = CredentialPool.dispatch(P, send, model="m", order="configured")
+    assert answer.status_code == 200
+    assert sent == [KEYS[0], KEYS[2]]  # the sibling was never sent: it shares the quota
+
+
+def test_without_accounts_every_key_is_its_own(enabled: None) -> None:
+    CredentialPool.register(P, keys=KEYS)
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0)
+    assert CredentialPool.available(P, model="m", now=1) == KEYS[1:]
+
+
+def test_status_shows_labels_and_the_accounts_every_key_of_which_cools(pool: None) -> None:
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0)
+    status = CredentialPool.status(P, model="m", now=1)
+    assert [key["account"] for key in status["keys"]] == ["team-a", "team-a", "team-b"]
+    assert [key["state"] for key in status["keys"]] == ["cooling", "cooling", "ready"]
+    assert status["accounts_cooling"] == 1
+    text = json.dumps(status)
+    assert not any(key[:8] in text for key in KEYS)
+
+
+def test_accounts_from_the_environment(enabled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_ACCOUNTS", json.dumps({P: ACCOUNTS}))
+    CredentialPool.register(P, keys=KEYS)
+    CredentialPool.record(P, KEYS[1], 429, model="m", retry_after_seconds=30, now=0)
+    assert CredentialPool.available(P, model="m", now=1) == [KEYS[2]]
+
+
+def test_accounts_from_app_config(enabled: None) -> None:
+    from flask import Flask
+
+    app = Flask("accounts")
+    app.config["MODEL_COOLDOWN_ACCOUNTS"] = {P: ACCOUNTS}
+    init_app(app)
+    CredentialPool.register(P, keys=KEYS)
+    assert CredentialPool.accounts(P) == {1: "team-a", 2: "team-a", 3: "team-b"}
+
+
+@pytest.mark.parametrize(
+    "raw", ["{", "[1]", json.dumps({P: {"a": ["1"]}}), json.dumps({P: {"a": [0]}})]
+)
+def test_malformed_accounts_in_the_environment_group_nothing_with_one_warning(
+    enabled: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warnings: None,
+    raw: str,
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_ACCOUNTS", raw)
+    CredentialPool.register(P, keys=KEYS)
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0)
+        CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0)
+    assert CredentialPool.available(P, model="m", now=1) == KEYS[1:]
+    warned = [r.getMessage() for r in caplog.records if "ACCOUNTS" in r.getMessage()]
+    assert warned == ["MODEL_COOLDOWN_ACCOUNTS is malformed; keys are grouped in no account"]
+
+
+@pytest.mark.parametrize(
+    ("accounts", "error"),
+    [
+        ([1, 2], TypeError),
+        ({"": [1]}, TypeError),
+        ({"a": "12"}, TypeError),
+        ({"a": [True]}, TypeError),
+        ({"a": [0]}, ValueError),
+        ({"a": [1], "b": [1]}, ValueError),
+    ],
+)
+def test_register_refuses_what_is_not_an_account_map(accounts: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        CredentialPool.register(P, keys=KEYS, accounts=accounts)
+    assert not CredentialPool.pooled(P)
+
+
+def test_a_sibling_cools_in_another_process_through_redis(
+    pool: None, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "accounts-secret-" + "a" * 32
+    for name, value in {
+        "MODEL_COOLDOWN_REDIS_URL": redis_url,
+        "MODEL_COOLDOWN_REDIS_SECRET": secret,
+        "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
+    }.items():
+        monkeypatch.setenv(name, value)
+    sent: list[str] = []
+
+    def send(key: str) -> Answer:
+        sent.append(key)
+        return Answer(429, {"Retry-After": "30"}) if key == KEYS[0] else Answer(200)
+
+    CredentialPool.dispatch(P, send, model="m", order="configured")
+    other = ModelCooldown()  # another process: nothing local, the same secret and prefix
+    other.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=secret.encode())
+    assert other.available(P, KEYS, model="m") == [KEYS[2]]
