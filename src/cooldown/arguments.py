@@ -12,6 +12,7 @@ from .config import LARGEST_MAX_SECONDS
 __all__ = [
     "LARGEST_NOW",
     "bounded_max_seconds",
+    "check_cost",
     "delay",
     "finite_number",
     "require_keys",
@@ -42,6 +43,21 @@ def require_keys(keys: object) -> Sequence[str]:
     if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
         raise TypeError("keys must be a sequence of strings, such as a list")
     return keys
+
+
+LARGEST_COST = 10**9
+"""Tokens one request may announce: more is a caller's mistake, not a request."""
+
+
+def check_cost(cost: object) -> int | None:
+    """A request's cost in tokens: `None` (unknown) or an int from 0 to 10^9."""
+    if cost is None:
+        return None
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise TypeError("cost must be an int number of tokens, or None")
+    if not 0 <= cost <= LARGEST_COST:
+        raise ValueError("cost must be between 0 and 10^9 tokens")
+    return cost
 
 
 def finite_number(value: object, name: str) -> float:

@@ -22,8 +22,10 @@ __all__ = [
     "millisecond_advice",
     "rate_limit_advice",
     "request_budget",
+    "requests_remaining",
     "rfc3339_timestamp",
     "spent_window_reset",
+    "token_budget",
 ]
 
 EPOCH_THRESHOLD = 1e9
@@ -200,6 +202,40 @@ def request_budget(lowered: dict[str, object], received_at: float) -> tuple[int,
             found.append((remaining, reset))
     live = [budget for budget in found if budget[0] > 0 and budget[1] > 0]
     return min(live) if live else None
+
+
+def _limit(value: object) -> int | None:
+    count = _count(value)
+    return count if count else None
+
+
+def token_budget(
+    lowered: dict[str, object], received_at: float
+) -> tuple[int, float, int | None] | None:
+    """(tokens remaining, seconds until their reset, the limit if announced) from OpenAI's
+    `x-ratelimit-*-tokens` or Anthropic's `anthropic-ratelimit-*tokens-*`: the scarcest of
+    the token counters an answer announces (SPEC §21)."""
+    found: list[tuple[int, float, int | None]] = []
+    remaining = _count(lowered.get("x-ratelimit-remaining-tokens"))
+    reset = _openai_reset(lowered.get("x-ratelimit-reset-tokens"), received_at)
+    if remaining is not None and reset is not None:
+        found.append((remaining, reset, _limit(lowered.get("x-ratelimit-limit-tokens"))))
+    for kind in _ANTHROPIC_KINDS[1:]:
+        remaining = _count(lowered.get(f"anthropic-ratelimit-{kind}-remaining"))
+        moment = rfc3339_timestamp(lowered.get(f"anthropic-ratelimit-{kind}-reset"))
+        if remaining is not None and moment is not None:
+            limit = _limit(lowered.get(f"anthropic-ratelimit-{kind}-limit"))
+            found.append((remaining, max(0.0, moment - received_at), limit))
+    return min(found, key=lambda budget: budget[0]) if found else None
+
+
+def requests_remaining(lowered: dict[str, object]) -> int | None:
+    """Requests left in the window, as OpenAI's or Anthropic's headers say."""
+    for name in ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"):
+        count = _count(lowered.get(name))
+        if count is not None:
+            return count
+    return None
 
 
 def rate_limit_advice(headers: Headers | None, *, received_at: float | None = None) -> float | None:

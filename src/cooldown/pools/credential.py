@@ -121,6 +121,7 @@ class CredentialPool(KeyRecording):
         order: Order = "spread",
         rotate_on: Iterable[int] = (),
         advice: Callable[[Any], object] | None = None,
+        cost: int | None = None,
     ) -> _Response | None:
         """Select, `send(key)`, record, and rotate to an untried key after a key problem.
 
@@ -135,7 +136,10 @@ class CredentialPool(KeyRecording):
         connection) cools nothing and propagates. `rotate_on` lists provider-failure statuses
         (500-599) that move to the next untried free key, cooling nothing. `advice(answer)`
         reads seconds from a throttle's body (`google_retry_delay`); the later of it and the
-        headers' advice stands. `None` without calling `send` when no key is configured.
+        headers' advice stands. `cost` is the request's tokens: held in flight against each
+        key's token budget (from the providers' token headers), and a 429 that shows requests
+        left but fewer tokens than `cost` records the tokens instead of cooling the key.
+        `None` without calling `send` when no key is configured.
         `send` must be a plain function; an `async def send` goes to `adispatch`.
         """
         refuse_coroutine_function(send)
@@ -150,6 +154,7 @@ class CredentialPool(KeyRecording):
             order,
             rotate_on,
             advice,
+            cost,
         )
         return rotate(steps, send)
 
@@ -167,6 +172,7 @@ class CredentialPool(KeyRecording):
         order: Order = "spread",
         rotate_on: Iterable[int] = (),
         advice: Callable[[Any], object] | None = None,
+        cost: int | None = None,
     ) -> _Response | None:
         """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp, AsyncOpenAI).
 
@@ -184,6 +190,7 @@ class CredentialPool(KeyRecording):
             order,
             rotate_on,
             advice,
+            cost,
         )
         return await arotate(steps, send, offload=shared_state_configured())
 

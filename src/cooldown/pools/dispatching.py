@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..arguments import resolve_now, usable_advice
+from ..arguments import check_cost, resolve_now, usable_advice
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, warn_once
 from ..digests import scope_message
 from ..evidence.advice import (
@@ -22,7 +22,7 @@ from ..evidence.advice import (
 )
 from ..evidence.answers import Answer
 from ..evidence.learn import window_learner
-from ..evidence.ratelimit import request_budget
+from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
@@ -105,10 +105,12 @@ def steps_for(
     order: Order,
     rotate_on: Iterable[int],
     advice: object,
+    cost: object = None,
 ) -> Steps:
     """The loop's steps for one dispatch; its arguments checked before anything is sent."""
     rotate_on = check_rotate_on(rotate_on)
     advice = check_advice(advice)
+    checked_cost = check_cost(cost)
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
         scope["quota_bucket"] = quota_bucket
@@ -134,7 +136,7 @@ def steps_for(
             retried=lambda: warn_sdk_retries(provider),
             read=evidence_reader(provider, advice),
         )
-    dispatch = _ScopedDispatch(pool, provider, scope, affinity, order, now, current)
+    dispatch = _ScopedDispatch(pool, provider, scope, affinity, order, now, current, checked_cost)
     return rotation(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
@@ -158,8 +160,10 @@ class _ScopedDispatch:
         order: Order,
         now: float | None,
         current: CooldownSettings,
+        cost: int | None,
     ) -> None:
         self.pool, self.provider, self.now, self.current = pool, provider, now, current
+        self.cost = cost
         self.model, self.quota_bucket = scope.get("model"), scope.get("quota_bucket")
         self.affinity = check_affinity(affinity)
         self.order: Order = "configured" if self.affinity is not None else order
@@ -185,6 +189,7 @@ class _ScopedDispatch:
             order=self.order,
             exclude=tried,
             lease_seconds=self.current.lease_seconds,
+            cost=self.cost,
         )
         if taken is not None and taken[1].shared is not None and self.current.learn != "off":
             learned = taken[1].shared.learned
@@ -222,6 +227,21 @@ class _ScopedDispatch:
         answer: Answer,
         evidence: RecordingContext,
     ) -> float | None:
+        received_at = time.time()
+        tokens = token_budget(answer.headers, received_at) if answer.headers else None
+        if tokens is not None:
+            model_cooldown.record_token_budget(
+                self.provider,
+                key,
+                model=self.model,
+                quota_bucket=self.quota_bucket,
+                remaining=tokens[0],
+                reset_seconds=tokens[1],
+                limit=tokens[2],
+                now=self.now,
+            )
+            if self._token_shortfall(answer, tokens[0]):
+                return None  # the key's tokens are recorded; smaller requests still fit
         deadline = self.pool._record_scoped(
             self.provider,
             key,
@@ -233,7 +253,7 @@ class _ScopedDispatch:
             self.now,
             attempt.started,
         )
-        budget = request_budget(answer.headers, time.time()) if answer.headers else None
+        budget = request_budget(answer.headers, received_at) if answer.headers else None
         if budget is not None:
             model_cooldown.record_budget(
                 self.provider,
@@ -245,6 +265,14 @@ class _ScopedDispatch:
                 now=self.now,
             )
         return deadline
+
+    def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
+        """A 429 with requests left and fewer tokens than this request costs: a shortfall
+        of this request, not a spent window (SPEC §21)."""
+        if answer.status != 429 or self.cost is None or tokens_left >= self.cost:
+            return False
+        requests = requests_remaining(answer.headers)
+        return requests is not None and requests > 0
 
     @staticmethod
     def _evidence(answer: Answer, evidence: RecordingContext) -> ScopedRecording:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from ..arguments import require_keys, resolve_now
+from ..arguments import check_cost, require_keys, resolve_now
 from ..store import Order, model_cooldown
 from ._common import by_affinity, check_affinity, scoped_max_seconds
 from .accounts import AccountMap, accounts_from_environment
@@ -71,10 +71,12 @@ class KeySelection:
         quota_bucket: str | None = None,
         affinity: str | None = None,
         order: Order = "configured",
+        cost: int | None = None,
     ) -> list[str]:
-        """The keys free for this call, in configured (affinity, or spread) order; may be empty."""
+        """The keys free for this call, in configured (affinity, or spread) order; may be empty.
+        With a `cost` in tokens, a key whose token budget cannot hold it is not free."""
         return cls._filter(
-            provider, keys, now, model, quota_bucket, affinity, order, raise_when_empty=False
+            provider, keys, now, model, quota_bucket, affinity, order, cost, raise_when_empty=False
         )
 
     @classmethod
@@ -88,10 +90,11 @@ class KeySelection:
         quota_bucket: str | None = None,
         affinity: str | None = None,
         order: Order = "configured",
+        cost: int | None = None,
     ) -> list[str]:
         """`available`, except that a scoped all-cooling pool raises the 429 `select` would."""
         return cls._filter(
-            provider, keys, now, model, quota_bucket, affinity, order, raise_when_empty=True
+            provider, keys, now, model, quota_bucket, affinity, order, cost, raise_when_empty=True
         )
 
     @classmethod
@@ -104,10 +107,12 @@ class KeySelection:
         quota_bucket: str | None,
         affinity: str | None,
         order: Order,
+        cost: int | None,
         *,
         raise_when_empty: bool,
     ) -> list[str]:
         affinity = check_affinity(affinity)
+        cost = check_cost(cost)
         max_seconds = scoped_max_seconds(model, quota_bucket, provider)
         candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
@@ -124,6 +129,7 @@ class KeySelection:
             now=current_time,
             legacy_rest_until=rests,
             order=order,
+            cost=cost,
         )
         return by_affinity(free, affinity)
 
@@ -137,6 +143,7 @@ class KeySelection:
         quota_bucket: str | None = None,
         affinity: str | None = None,
         order: Order = "configured",
+        cost: int | None = None,
     ) -> str | None:
         """The key to dispatch with, or `None` when none is configured.
 
@@ -145,6 +152,7 @@ class KeySelection:
         an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
         """
         max_seconds = scoped_max_seconds(model, quota_bucket, provider)
+        cost = check_cost(cost)
         candidates = cls.keys(provider)
         if check_affinity(affinity) is not None and max_seconds is not None:
             candidates, order = by_affinity(candidates, affinity), "configured"  # rendezvous
@@ -162,4 +170,5 @@ class KeySelection:
             now=now,  # checked; the store reads the clock itself when it is None
             legacy_rest_until=rests,
             order=order,
+            cost=cost,
         )

@@ -37,9 +37,11 @@ class Attempt(NamedTuple):
     shared: SharedAttempt | None = None
 
 
-Load = tuple[int, bool, float, float]
-"""How busy a free key is for a scope: in flight, unbudgeted, reset, last dispatch. Tuples
-compare in that order: fewest in flight, then budgeted, soonest reset, least recently used."""
+Load = tuple[int, float, bool, float, float]
+"""How busy a free key is for a scope: in flight, minus its token headroom (0 unknown),
+unbudgeted, reset, last dispatch. Tuples compare in that order: fewest in flight, then the
+most token headroom (a key whose known headroom admits the cost before one with no token
+budget), then budgeted, soonest reset, least recently used."""
 
 
 class Admission:
@@ -48,12 +50,15 @@ class Admission:
 
     def __init__(self) -> None:
         self._next_token = 0
-        self._leases: dict[int, tuple[bytes, float]] = {}  # token -> (entry, lease deadline)
+        self._leases: dict[int, tuple[bytes, float, int]] = {}  # token -> (entry, lease, cost)
         self._lease_expiry: list[tuple[float, int]] = []  # (lease deadline, token), a heap
         self._in_flight: dict[bytes, int] = {}
         self._probing: dict[bytes, int] = {}  # entry -> the token of its probe
         self._released: dict[bytes, None] = {}  # entries (or credentials) whose cooldown ended
         self._budgets: dict[bytes, tuple[int, float]] = {}  # entry -> (remaining, reset)
+        # entry -> (tokens remaining, reset, the largest token limit known for it)
+        self._token_budgets: dict[bytes, tuple[int, float, int]] = {}
+        self._cost_in_flight: dict[bytes, int] = {}  # entry -> tokens its attempts may spend
         self._last_dispatch: dict[bytes, float] = {}
         self._throttled_at: dict[bytes, float] = {}
 
@@ -64,6 +69,8 @@ class Admission:
             self._probing,
             self._released,
             self._budgets,
+            self._token_budgets,
+            self._cost_in_flight,
             self._last_dispatch,
             self._throttled_at,
         ):
@@ -88,6 +95,13 @@ class Admission:
         """A newer answer's budget replaces the old one; it ends at its reset."""
         _bounded_set(self._budgets, entry, (remaining, reset))
 
+    def token_budget(self, entry: bytes, remaining: int, reset: float, limit: int | None) -> None:
+        """Tokens left until the reset; the limit (else the largest remaining ever announced)
+        tells a request no budget of this key could ever hold (SPEC §21)."""
+        known = self._token_budgets.get(entry)
+        largest = max(limit or 0, remaining, 0 if known is None else known[2])
+        _bounded_set(self._token_budgets, entry, (remaining, reset, largest))
+
     # -- selection -------------------------------------------------------------------------
 
     def expire(self, now: float) -> None:
@@ -101,22 +115,58 @@ class Admission:
     def probing(self, entry: bytes) -> bool:
         return entry in self._probing
 
-    def weigh(self, entry: bytes, now: float) -> tuple[float, Load]:
+    def weigh(
+        self, entry: bytes, now: float, cost: int | None = None, *, oversize: bool = False
+    ) -> tuple[float, Load]:
         """Until when the key is held back for this scope (0.0: it may be dispatched now;
-        `now + 1` while its probe is out, the reset while its budget is spent), and how busy
-        it is. Call `expire` first."""
+        `now + 1` while its probe is out, a reset while its request budget is spent or its
+        tokens, less those in flight, are fewer than `cost` needs), and how busy it is. An
+        `oversize` request (larger than every candidate's token limit) is held by no token
+        budget and ranks keys by their limit: the provider decides. Call `expire` first."""
         in_flight = self._in_flight.get(entry, 0)
         last = self._last_dispatch.get(entry, -math.inf)
+        headroom = self._headroom(entry, now, oversize)
         if entry in self._probing:
-            return now + 1.0, (in_flight, True, math.inf, last)
+            return now + 1.0, (in_flight, 0.0, True, math.inf, last)
+        hold = 0.0
+        if headroom is not None and headroom[0] < (1 if cost is None else cost):
+            hold = headroom[1]  # too few tokens for this request until their reset
+        weight = 0.0 if headroom is None else -float(headroom[0])
         budget = self._budgets.get(entry)
         if budget is None:
-            return 0.0, (in_flight, True, math.inf, last)
+            return hold, (in_flight, weight, True, math.inf, last)
         remaining, reset = budget
         if reset <= now:
             del self._budgets[entry]
-            return 0.0, (in_flight, True, math.inf, last)
-        return (reset if remaining - in_flight <= 0 else 0.0), (in_flight, False, reset, last)
+            return hold, (in_flight, weight, True, math.inf, last)
+        if remaining - in_flight <= 0:
+            hold = max(hold, reset)
+        return hold, (in_flight, weight, False, reset, last)
+
+    def _headroom(self, entry: bytes, now: float, oversize: bool) -> tuple[int, float] | None:
+        """(tokens left less those in flight, their reset), `None` when no token budget is
+        known; for an oversize request, (the key's token limit, 0.0: nothing to wait for)."""
+        tokens = self._token_budgets.get(entry)
+        if tokens is None:
+            return None
+        remaining, reset, largest = tokens
+        if reset <= now:
+            del self._token_budgets[entry]
+            return None
+        if oversize:
+            return largest, 0.0
+        return remaining - self._cost_in_flight.get(entry, 0), reset
+
+    def oversize(self, entries: list[bytes], cost: int | None, now: float) -> bool:
+        """Is `cost` larger than every one of these keys' known token limits (or, without a
+        limit header, the largest remaining each ever announced)?"""
+        if cost is None or not entries:
+            return False
+        for entry in entries:
+            tokens = self._token_budgets.get(entry)
+            if tokens is None or tokens[1] <= now or cost <= tokens[2]:
+                return False
+        return True
 
     # -- attempts --------------------------------------------------------------------------
 
@@ -127,18 +177,22 @@ class Admission:
         now: float,
         lease: float,
         shared: tuple[bool, SharedAttempt] | None = None,
+        cost: int | None = None,
     ) -> Attempt:
         """Count one attempt in flight; it is the probe when the key's cooldown just ended
         (or, when the shared state admitted it, when the shared state says so)."""
         self._next_token += 1
         token = self._next_token
-        self._leases[token] = (entry, now + lease)
+        held_cost = cost or 0
+        self._leases[token] = (entry, now + lease, held_cost)
         expiry = self._lease_expiry
         heappush(expiry, (now + lease, token))
         if len(expiry) > 2 * len(self._leases) + 64:  # finished attempts' items: drop them
-            expiry[:] = [(deadline, token) for token, (_, deadline) in self._leases.items()]
+            expiry[:] = [(deadline, token) for token, (_, deadline, _) in self._leases.items()]
             heapify(expiry)
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
+        if held_cost:
+            self._cost_in_flight[entry] = self._cost_in_flight.get(entry, 0) + held_cost
         _bounded_set(self._last_dispatch, entry, now)
         if shared is None:
             probe = entry in self._released or credential in self._released
@@ -159,7 +213,13 @@ class Admission:
             self._released.pop(entry[: len(entry) // 2], None)  # its credential's digest
 
     def _end(self, token: int) -> None:
-        entry, _ = self._leases.pop(token)
+        entry, _, cost = self._leases.pop(token)
+        if cost:
+            spent = self._cost_in_flight.get(entry, 0) - cost
+            if spent > 0:
+                self._cost_in_flight[entry] = spent
+            else:
+                self._cost_in_flight.pop(entry, None)
         count = self._in_flight.get(entry, 0) - 1
         if count > 0:
             self._in_flight[entry] = count
@@ -183,6 +243,7 @@ class Claim:
     __slots__ = (
         "candidates",
         "ceiling",
+        "cost",
         "deferred",
         "earliest",
         "exclude",
@@ -192,9 +253,17 @@ class Claim:
         "taken",
     )
 
-    def __init__(self, exclude: frozenset[str], lease: float, *, deferred: bool = False) -> None:
+    def __init__(
+        self,
+        exclude: frozenset[str],
+        lease: float,
+        *,
+        deferred: bool = False,
+        cost: int | None = None,
+    ) -> None:
         self.exclude = exclude
         self.lease = lease
+        self.cost = cost
         self.deferred = deferred
         self.taken: tuple[str, Attempt] | None = None
         self.candidates: list[tuple[str, bytes, bytes]] = []
@@ -222,7 +291,10 @@ class Claim:
             return
         for key, credential, entry in admitted:
             if key not in self.exclude:
-                self.taken = (key, admission.start(entry, credential, now, self.lease))
+                self.taken = (
+                    key,
+                    admission.start(entry, credential, now, self.lease, cost=self.cost),
+                )
                 return
 
 

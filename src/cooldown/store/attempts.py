@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ..arguments import finite_number, require_str, resolve_now, retry_after
+from ..arguments import check_cost, finite_number, require_str, resolve_now, retry_after
 from ..config import LARGEST_MAX_SECONDS
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
@@ -63,10 +63,12 @@ class Attempts:
         order: Order = "spread",
         exclude: Collection[str] = (),
         lease_seconds: float = 300.0,
+        cost: int | None = None,
     ) -> tuple[str, Attempt] | None:
         """Choose a key for one dispatch and count it in flight, in one step, so no two
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
-        (`ModelCooldownExhausted`) when none is free. End it with `finish`."""
+        (`ModelCooldownExhausted`) when none is free. `cost` (tokens) is held against the
+        key's token budget while the attempt is in flight. End it with `finish`."""
         taken = self._admitted(
             provider,
             keys,
@@ -78,6 +80,7 @@ class Attempts:
             order,
             exclude,
             lease_seconds,
+            check_cost(cost),
         )
         if taken is not None and taken[1].probe:
             with self._lock:
@@ -99,6 +102,7 @@ class Attempts:
         order: Order,
         exclude: Collection[str],
         lease_seconds: float,
+        cost: int | None,
     ) -> tuple[str, Attempt] | None:
         lease = finite_number(lease_seconds, "lease_seconds")
         if lease <= 0:
@@ -107,9 +111,9 @@ class Attempts:
             raise TypeError("exclude must be a collection of keys, not a single string")
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
         sharing = self._shared
-        claim = Claim(frozenset(exclude), lease, deferred=sharing is not None)
+        claim = Claim(frozenset(exclude), lease, deferred=sharing is not None, cost=cost)
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
-        self._choose("eligible", gather(None, *args), order, claim)
+        self._choose("eligible", gather(None, *args), order, claim, cost)
         if sharing is None or not claim.candidates:
             return claim.taken
         scope = scope_message(model, quota_bucket)
@@ -118,8 +122,8 @@ class Attempts:
             sharing, claim, credential_prefix(provider), scope, spread=order == "spread"
         )
         if not answered:  # Redis did not answer: this process's bookkeeping decides
-            local = Claim(claim.exclude, lease)
-            self._choose("eligible", gather(sharing, *args), order, local)
+            local = Claim(claim.exclude, lease, cost=cost)
+            self._choose("eligible", gather(sharing, *args), order, local, cost)
             return local.taken
         return taken
 
@@ -142,7 +146,7 @@ class Attempts:
             shared = SharedAttempt(answer.lease, entry_id, ceiling, now, learned=answer.learned)
             with self._lock:
                 attempt = self._admission.start(
-                    entry, credential, now, claim.lease, (answer.probe, shared)
+                    entry, credential, now, claim.lease, (answer.probe, shared), claim.cost
                 )
             return True, (key, attempt)
         if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
@@ -189,24 +193,67 @@ class Attempts:
         now: float | None = None,
     ) -> None:
         """A provider said `remaining` requests are left until its window resets."""
-        if isinstance(remaining, bool) or not isinstance(remaining, int):
-            raise TypeError("remaining must be an int")
-        if remaining < 0:
-            raise ValueError("remaining must be 0 or more")
-        reset = finite_number(reset_seconds, "reset_seconds")
-        if not 0 <= reset <= LARGEST_MAX_SECONDS:
-            raise ValueError("reset_seconds must be between 0 and the largest maximum")
-        scope = scope_message(model, quota_bucket)
-        if scope is None:
+        remaining, reset = _checked_budget(remaining, reset_seconds)
+        located = self._budget_entry(provider, credential, model, quota_bucket, now)
+        if located is None:
             return
-        message = credential_message(
-            credential_prefix(provider), require_str(credential, "credential")
-        )
-        current_time = resolve_now(now)
-        entry = self._digest(message) + self._digest(scope)
+        entry, current_time = located
         with self._lock:
             self._admission.budget(entry, remaining, current_time + reset)
         ending = _ending.get()
         if ending is not None:  # shared with the attempt's end
             ending.budget = (remaining, current_time + reset)
             ending.now = max(ending.now, current_time)
+
+    def record_token_budget(
+        self,
+        provider: str,
+        credential: str,
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        remaining: int,
+        reset_seconds: float,
+        limit: int | None = None,
+        now: float | None = None,
+    ) -> None:
+        """A provider said `remaining` tokens are left until `reset_seconds` (of `limit`, when
+        it said that too): a request costing more than that less what is in flight waits for
+        the reset or goes to another key (SPEC §21). This process's bookkeeping only."""
+        remaining, reset = _checked_budget(remaining, reset_seconds)
+        if limit is not None:
+            limit, _ = _checked_budget(limit, 0)
+        located = self._budget_entry(provider, credential, model, quota_bucket, now)
+        if located is None:
+            return
+        entry, current_time = located
+        with self._lock:
+            self._admission.token_budget(entry, remaining, current_time + reset, limit)
+
+    def _budget_entry(
+        self,
+        provider: str,
+        credential: str,
+        model: str | None,
+        quota_bucket: str | None,
+        now: float | None,
+    ) -> tuple[bytes, float] | None:
+        """The (credential, scope) entry a budget belongs to, and `now`; `None` unscoped."""
+        scope = scope_message(model, quota_bucket)
+        if scope is None:
+            return None
+        message = credential_message(
+            credential_prefix(provider), require_str(credential, "credential")
+        )
+        return self._digest(message) + self._digest(scope), resolve_now(now)
+
+
+def _checked_budget(remaining: object, reset_seconds: object) -> tuple[int, float]:
+    if isinstance(remaining, bool) or not isinstance(remaining, int):
+        raise TypeError("remaining must be an int")
+    if remaining < 0:
+        raise ValueError("remaining must be 0 or more")
+    reset = finite_number(reset_seconds, "reset_seconds")
+    if not 0 <= reset <= LARGEST_MAX_SECONDS:
+        raise ValueError("reset_seconds must be between 0 and the largest maximum")
+    return remaining, reset

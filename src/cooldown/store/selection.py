@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Literal, TypeAlias, TypeVar
 
 from ..arguments import (
     bounded_max_seconds,
+    check_cost,
     finite_number,
     require_keys,
     require_str,
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
-_NO_LOAD: Load = (0, True, math.inf, 0.0)  # configured order: every key weighs the same
+_NO_LOAD: Load = (0, 0.0, True, math.inf, 0.0)  # configured order: every key weighs the same
 
 Lookup: TypeAlias = tuple[
     int,  # ceiling: the call's maximum, bounded
@@ -177,20 +178,33 @@ def admissible(
     *,
     spread: bool,
     stop_at_free_outside: Collection[str] | None = None,
+    cost: int | None = None,
 ) -> tuple[list[tuple[str, bytes, bytes]], float]:
     """The keys a dispatch may use now, as (key, credential digest, entry), in the order
     asked for; and the earliest moment another key is free (a release, a budget's reset, or
     one second for a probe in flight). In configured order, `stop_at_free_outside` ends the
-    scan at the first free key not in it: a dispatch needs no more."""
+    scan at the first free key not in it: a dispatch needs no more. `cost` is the request's
+    tokens, held against each key's token budget."""
     _, prefix, keys, scope, legacy, _, _, _ = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
     admission.expire(now)
+
+    def digested() -> Iterator[tuple[str, bytes, bytes]]:
+        for key in keys:
+            credential = digest(credential_message(prefix, require_str(key, "each key")))
+            yield key, credential, credential + scope_digest
+
+    # Digests are computed as the scan goes (configured order may stop at its first free
+    # key), except with a cost: whether it is oversize depends on every key's token limit.
+    candidates: Iterable[tuple[str, bytes, bytes]] = digested()
+    oversize = False
+    if cost is not None:
+        candidates = list(candidates)
+        oversize = admission.oversize([entry for _, _, entry in candidates], cost, now)
     free: list[tuple[Load, int, str, bytes, bytes]] = []
     earliest = math.inf
-    for position, key in enumerate(keys):
-        credential = digest(credential_message(prefix, require_str(key, "each key")))
-        entry = credential + scope_digest
+    for position, (key, credential, entry) in enumerate(candidates):
         release = 0.0
         if deadlines:
             release = max(deadlines.get(credential, 0.0), deadlines.get(entry, 0.0))
@@ -198,7 +212,7 @@ def admissible(
             release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
         load = _NO_LOAD
         if release <= now:
-            release, load = admission.weigh(entry, now)
+            release, load = admission.weigh(entry, now, cost, oversize=oversize)
         if release <= now:
             free.append((load if spread else _NO_LOAD, position, key, credential, entry))
             if stop_at_free_outside is not None and key not in stop_at_free_outside:
@@ -243,6 +257,7 @@ class Selection:
         lookup: Lookup,
         order: Order,
         claim: Claim | None = None,
+        cost: int | None = None,
     ) -> list[str]:
         """The shared body of `available`, `eligible`, `select` (which stops at one key) and
         `admit` (which also counts the chosen key in flight, under the same lock), over the
@@ -255,7 +270,7 @@ class Selection:
             raise ValueError("admit needs a model or a quota bucket")
         spread = order == "spread" and scope is not None
         try:
-            return self._choose_locked(mode, lookup, order, claim, spread)
+            return self._choose_locked(mode, lookup, order, claim, spread, cost)
         except CooldownError as refused:  # the fleet counts it too (after the lock)
             self._tell_fleet(refused)
             raise
@@ -277,6 +292,7 @@ class Selection:
         order: Order,
         claim: Claim | None,
         spread: bool,
+        cost: int | None,
     ) -> list[str]:
         ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow = lookup
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
@@ -297,6 +313,7 @@ class Selection:
                     current_time,
                     spread=spread,
                     stop_at_free_outside=stop_at_free_outside,
+                    cost=cost,
                 )
                 free = [key for key, _, _ in admitted]
             else:
@@ -332,10 +349,13 @@ class Selection:
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
         order: Order = "configured",
+        cost: int | None = None,
     ) -> list[str]:
-        """The keys not cooling for this scope, in the given order (or spread, §15)."""
+        """The keys not cooling for this scope, in the given order (or spread, §15); with a
+        `cost` (tokens), those whose token budget holds it."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        return self._choose("available", gather(self._shared, *args), order)
+        lookup = gather(self._shared, *args)
+        return self._choose("available", lookup, order, cost=check_cost(cost))
 
     def eligible(
         self,
@@ -348,10 +368,12 @@ class Selection:
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
         order: Order = "configured",
+        cost: int | None = None,
     ) -> list[str]:
         """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        return self._choose("eligible", gather(self._shared, *args), order)
+        lookup = gather(self._shared, *args)
+        return self._choose("eligible", lookup, order, cost=check_cost(cost))
 
     def select(
         self,
@@ -364,8 +386,10 @@ class Selection:
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
         order: Order = "configured",
+        cost: int | None = None,
     ) -> str | None:
         """The first key not cooling; `None` without keys; a 429 when every key cools."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        free = self._choose("select", gather(self._shared, *args), order)
+        lookup = gather(self._shared, *args)
+        free = self._choose("select", lookup, order, cost=check_cost(cost))
         return free[0] if free else None

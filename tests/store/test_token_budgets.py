@@ -1,0 +1,145 @@
+"""Requests that cost tokens (SPEC §21): a key's token budget, less the cost in flight, must
+hold a request's cost; spread order prefers token headroom; the soonest reset is the advice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cooldown import CredentialPool, ModelCooldown, ModelCooldownExhausted
+
+P, KEYS, MODEL = "p", ["sk-a", "sk-b"], "m"
+NOW = 100.0
+
+
+def tokens(
+    store: ModelCooldown, key: str, remaining: int, reset: float, limit: int | None = None
+) -> None:
+    store.record_token_budget(
+        P, key, model=MODEL, remaining=remaining, reset_seconds=reset, limit=limit, now=NOW
+    )
+
+
+def test_a_key_without_the_tokens_a_request_costs_is_not_free(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 3000, 30)
+    assert store.select(P, KEYS, model=MODEL, now=NOW, cost=12000) == KEYS[1]
+    assert store.select(P, KEYS, model=MODEL, now=NOW, cost=2000) == KEYS[0]  # it fits
+    assert store.select(P, KEYS, model=MODEL, now=NOW) == KEYS[0]  # unknown cost: 1 token
+
+
+def test_the_cost_in_flight_is_held_until_the_attempt_ends(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 1000, 30)
+    first = store.admit(P, KEYS, model=MODEL, now=NOW, order="configured", cost=600)
+    assert first is not None
+    assert first[0] == KEYS[0]
+    second = store.admit(P, KEYS, model=MODEL, now=NOW, order="configured", cost=600)
+    assert second is not None
+    assert second[0] == KEYS[1]  # 1000 - 600 in flight cannot hold another 600
+    store.finish(first[1], served=True)
+    assert store.select(P, KEYS, model=MODEL, now=NOW, cost=600) == KEYS[0]
+
+
+def test_spread_order_prefers_the_most_token_headroom(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 2000, 30)
+    tokens(store, KEYS[1], 9000, 30)
+    assert store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=100) == [
+        KEYS[1],
+        KEYS[0],
+    ]
+
+
+def test_a_known_headroom_ranks_before_no_token_budget(store: ModelCooldown) -> None:
+    tokens(store, KEYS[1], 500, 30)
+    order = store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=100)
+    assert order == [KEYS[1], KEYS[0]]
+
+
+def test_when_only_token_budgets_hold_the_soonest_reset_that_admits_is_the_advice(
+    store: ModelCooldown,
+) -> None:
+    tokens(store, KEYS[0], 100, 40, limit=10000)
+    tokens(store, KEYS[1], 100, 25, limit=10000)
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        store.select(P, KEYS, model=MODEL, now=NOW, cost=5000)
+    assert raised.value.retry_after == 25
+    assert store.select(P, KEYS, model=MODEL, now=NOW + 25, cost=5000) == KEYS[1]  # reset
+
+
+def test_a_request_larger_than_every_limit_goes_to_the_largest_limit(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 1000, 30, limit=30000)
+    tokens(store, KEYS[1], 1000, 30, limit=90000)
+    chosen = store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=200000)
+    assert chosen == [KEYS[1], KEYS[0]]  # the provider decides; the largest limit first
+
+
+@pytest.mark.parametrize(
+    ("cost", "error"),
+    [
+        (True, TypeError),
+        ("5", TypeError),
+        (1.5, TypeError),
+        (-1, ValueError),
+        (10**9 + 1, ValueError),
+    ],
+)
+def test_a_cost_that_is_not_tokens_is_refused(
+    store: ModelCooldown, cost: Any, error: type[Exception]
+) -> None:
+    for call in (store.select, store.available, store.eligible, store.admit):
+        with pytest.raises(error, match="cost"):
+            call(P, KEYS, model=MODEL, cost=cost)
+
+
+def test_dispatch_reads_token_headers_and_a_shortfall_cools_nothing(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL", KEYS[0])
+    monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL_1", KEYS[1])
+
+    class Answer:
+        def __init__(self, status: int, headers: dict[str, str]) -> None:
+            self.status_code, self.headers = status, headers
+
+    short = {  # requests left, 1954 tokens: a 5934-token request does not fit
+        "x-ratelimit-remaining-requests": "40",
+        "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-remaining-tokens": "1954",
+        "x-ratelimit-reset-tokens": "6s",
+        "x-ratelimit-limit-tokens": "30000",
+        "Retry-After": "6",
+    }
+    sent: list[str] = []
+
+    def send(key: str) -> Answer:
+        sent.append(key)
+        return Answer(429, short) if key == KEYS[0] else Answer(200, {})
+
+    P2 = "ce-gpt-pro"
+    answer = CredentialPool.dispatch(P2, send, model=MODEL, order="configured", cost=5934)
+    assert answer.status_code == 200
+    assert sent == KEYS  # rotated away from the shortfall
+    # the key is not cooled: a median request still goes to it, a large one does not
+    assert CredentialPool.select(P2, model=MODEL, order="configured", cost=800) == KEYS[0]
+    assert CredentialPool.select(P2, model=MODEL, order="configured", cost=5934) == KEYS[1]
+    assert CredentialPool.status(P2, model=MODEL)["keys"][0]["state"] == "ready"
+
+
+def test_a_429_without_requests_left_still_cools_the_key(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL", KEYS[0])
+    spent = {
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "20s",
+        "x-ratelimit-remaining-tokens": "1954",
+        "x-ratelimit-reset-tokens": "6s",
+    }
+
+    class Answer:
+        status_code, headers = 429, spent
+
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.dispatch("ce-gpt-pro", lambda key: Answer(), model=MODEL, cost=5934)
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.select("ce-gpt-pro", model=MODEL, cost=10)
