@@ -125,13 +125,15 @@ class Admission:
         budget and ranks keys by their limit: the provider decides. Call `expire` first."""
         in_flight = self._in_flight.get(entry, 0)
         last = self._last_dispatch.get(entry, -math.inf)
-        headroom = self._headroom(entry, now, oversize)
         if entry in self._probing:
             return now + 1.0, (in_flight, 0.0, True, math.inf, last)
-        hold = 0.0
-        if headroom is not None and headroom[0] < (1 if cost is None else cost):
-            hold = headroom[1]  # too few tokens for this request until their reset
-        weight = 0.0 if headroom is None else -float(headroom[0])
+        hold = weight = 0.0
+        if self._token_budgets:  # the common case has none: nothing to look up
+            headroom = self._headroom(entry, now, oversize)
+            if headroom is not None:
+                weight = -float(headroom[0])
+                if headroom[0] < (1 if cost is None else cost):
+                    hold = headroom[1]  # too few tokens for this request until their reset
         budget = self._budgets.get(entry)
         if budget is None:
             return hold, (in_flight, weight, True, math.inf, last)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, TypeAlias, TypeVar
 
 from ..arguments import (
@@ -189,22 +189,24 @@ def admissible(
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
     admission.expire(now)
-
-    def digested() -> Iterator[tuple[str, bytes, bytes]]:
-        for key in keys:
-            credential = digest(credential_message(prefix, require_str(key, "each key")))
-            yield key, credential, credential + scope_digest
-
-    # Digests are computed as the scan goes (configured order may stop at its first free
-    # key), except with a cost: whether it is oversize depends on every key's token limit.
-    candidates: Iterable[tuple[str, bytes, bytes]] = digested()
+    # With a cost, whether it is oversize depends on every key's token limit: digest them all
+    # first. Without one, digests are computed as the scan goes (configured order may stop
+    # at its first free key).
+    digested: list[tuple[bytes, bytes]] = []
     oversize = False
     if cost is not None:
-        candidates = list(candidates)
-        oversize = admission.oversize([entry for _, _, entry in candidates], cost, now)
+        for key in keys:
+            credential = digest(credential_message(prefix, require_str(key, "each key")))
+            digested.append((credential, credential + scope_digest))
+        oversize = admission.oversize([entry for _, entry in digested], cost, now)
     free: list[tuple[Load, int, str, bytes, bytes]] = []
     earliest = math.inf
-    for position, (key, credential, entry) in enumerate(candidates):
+    for position, key in enumerate(keys):
+        if digested:
+            credential, entry = digested[position]
+        else:
+            credential = digest(credential_message(prefix, require_str(key, "each key")))
+            entry = credential + scope_digest
         release = 0.0
         if deadlines:
             release = max(deadlines.get(credential, 0.0), deadlines.get(entry, 0.0))
