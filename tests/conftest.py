@@ -33,6 +33,7 @@ from cooldown import (
     model_cooldown,
 )
 from cooldown.evidence.learn import window_learner
+from cooldown.pools.accounts import forget_app_accounts
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +50,7 @@ def forget_everything() -> None:
     from cooldown.shared.observations import share_when_configured
 
     config.forget_app_config()
+    forget_app_accounts()
     share_when_configured(model_cooldown, config.CooldownSettings())  # detach, close Redis
     model_cooldown.reset()
     window_learner.reset()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import string
@@ -19,7 +18,6 @@ from .redisurl import parse_redis_url
 __all__ = [
     "FORWARDED_ENV",
     "CooldownSettings",
-    "accounts_setting",
     "apply_app_config",
     "bounded_int",
     "environment_value",
@@ -366,33 +364,12 @@ def apply_app_config(config: Mapping[str, object]) -> None:
                 warn_once(name, "%s differs between init_app calls; the later value stands")
             merged[position] = value
         _app_overrides = tuple(merged)
-        accounts = config.get(ACCOUNTS_ENV)
-        if accounts is not None:  # a mapping, or its JSON as in the environment
-            _app_accounts[0] = accounts if isinstance(accounts, str) else _json_or_junk(accounts)
 
 
 def forget_app_config() -> None:
     """Back to the environment alone (tests)."""
     global _app_overrides
     _app_overrides = (None,) * len(_PARSED_ENV)
-    _app_accounts[0] = None
-
-
-_app_accounts: list[str | None] = [None]
-"""`app.config["MODEL_COOLDOWN_ACCOUNTS"]` as JSON, when `init_app` read one."""
-
-
-def accounts_setting() -> str:
-    """`MODEL_COOLDOWN_ACCOUNTS`: what `init_app` read from `app.config`, else the
-    environment's."""
-    return _app_accounts[0] or os.environ.get(ACCOUNTS_ENV) or ""
-
-
-def _json_or_junk(value: object) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return _MALFORMED_APP_VALUE
 
 
 def _with_overrides(

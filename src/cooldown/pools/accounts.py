@@ -11,12 +11,19 @@ Labels are an operator's names, not secrets: the status shows them.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from functools import lru_cache
 
-from ..config import ACCOUNTS_ENV, accounts_setting, warn_once
+from ..config import ACCOUNTS_ENV, warn_once
 
-__all__ = ["AccountMap", "accounts_from_environment", "checked_accounts"]
+__all__ = [
+    "AccountMap",
+    "accounts_from_environment",
+    "apply_app_accounts",
+    "checked_accounts",
+    "forget_app_accounts",
+]
 
 AccountMap = Mapping[int, str]
 """1-based key position -> its account's label."""
@@ -42,10 +49,31 @@ def checked_accounts(provider: str, accounts: object) -> dict[int, str]:
     return by_position
 
 
+_app_accounts: list[str | None] = [None]
+"""`app.config["MODEL_COOLDOWN_ACCOUNTS"]` as JSON, when `init_app` read one."""
+
+
+def apply_app_accounts(config: Mapping[str, object]) -> None:
+    """`init_app`: a mapping, or its JSON as in the environment, overrides the variable."""
+    accounts = config.get(ACCOUNTS_ENV)
+    if accounts is None:
+        return
+    try:
+        _app_accounts[0] = accounts if isinstance(accounts, str) else json.dumps(accounts)
+    except (TypeError, ValueError):  # not JSON-able: malformed, as junk in the variable is
+        _app_accounts[0] = "\x00 malformed"
+
+
+def forget_app_accounts() -> None:
+    """Back to the environment alone (tests)."""
+    _app_accounts[0] = None
+
+
 def accounts_from_environment(provider: str) -> AccountMap:
     """This provider's accounts in `MODEL_COOLDOWN_ACCOUNTS` (`app.config` over the
     environment); malformed: none, with one warning."""
-    return _parsed(accounts_setting()).get(provider, {})
+    raw = _app_accounts[0] or os.environ.get(ACCOUNTS_ENV) or ""
+    return _parsed(raw).get(provider, {})
 
 
 @lru_cache(maxsize=16)

@@ -274,10 +274,12 @@ class Selection:
         try:
             return self._choose_locked(mode, lookup, order, claim, spread, cost)
         except CooldownError as refused:  # the fleet counts it too (after the lock)
-            self._tell_fleet(refused)
+            self._tell_fleet(refused, time.monotonic() if given_now is None else given_now)
             raise
 
-    def _tell_fleet(self, refused: CooldownError) -> None:
+    def _tell_fleet(self, refused: CooldownError, now: float) -> None:
+        """Add a refusal to the fleet's counters, on the caller's clock (its backoff runs on
+        it)."""
         sharing = self._shared
         if sharing is not None:
             counter = (
@@ -285,7 +287,7 @@ class Selection:
                 if isinstance(refused, ModelCooldownExhausted)
                 else "capacity_rejections_total"
             )
-            sharing.backend.add_to_fleet(counter, time.monotonic())
+            sharing.backend.add_to_fleet(counter, now)
 
     def _choose_locked(
         self,

@@ -9,6 +9,7 @@ from flask import Flask
 
 from ..config import apply_app_config, settings, warn_once
 from ..errors import APIError, ModelCooldownCapacity, ModelCooldownExhausted
+from ..pools.accounts import apply_app_accounts
 from ..store import model_cooldown
 from .cli import cooldown_cli
 from .errors import (
@@ -51,6 +52,7 @@ def init_app(app: Any, *, error_format: str | None = None) -> None:
         raise TypeError("init_app needs a Flask or Quart app")
     chosen = _error_format(app, error_format)
     apply_app_config(app.config)
+    apply_app_accounts(app.config)
     if not settings().enabled:
         warn_once(
             "MODEL_COOLDOWN_ENABLED",
