@@ -55,15 +55,29 @@ def test_a_known_headroom_ranks_before_no_token_budget(store: ModelCooldown) -> 
     assert order == [KEYS[1], KEYS[0]]
 
 
-def test_when_only_token_budgets_hold_the_soonest_reset_that_admits_is_the_advice(
-    store: ModelCooldown,
-) -> None:
-    tokens(store, KEYS[0], 100, 40, limit=10000)
-    tokens(store, KEYS[1], 100, 25, limit=10000)
+def test_without_a_limit_the_soonest_reset_is_the_advice(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 100, 40)
+    tokens(store, KEYS[1], 100, 25)
+    chosen = store.available(P, KEYS, model=MODEL, now=NOW, cost=50)
+    assert chosen == KEYS  # both hold 50
+    store.record_token_budget(P, KEYS[0], model=MODEL, remaining=10, reset_seconds=40, now=NOW)
+    store.record_token_budget(P, KEYS[1], model=MODEL, remaining=10, reset_seconds=25, now=NOW)
     with pytest.raises(ModelCooldownExhausted) as raised:
-        store.select(P, KEYS, model=MODEL, now=NOW, cost=5000)
+        store.select(P, KEYS, model=MODEL, now=NOW, cost=50)
     assert raised.value.retry_after == 25
-    assert store.select(P, KEYS, model=MODEL, now=NOW + 25, cost=5000) == KEYS[1]  # reset
+    assert store.select(P, KEYS, model=MODEL, now=NOW + 25, cost=50) == KEYS[1]
+
+
+def test_with_the_limit_tokens_refill_continuously_until_the_reset(store: ModelCooldown) -> None:
+    # 100 of 10 000 left, full again in 25 s: 396 tokens a second come back
+    tokens(store, KEYS[0], 100, 25, limit=10000)
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        store.select(P, [KEYS[0]], model=MODEL, now=NOW, cost=5000)
+    assert raised.value.retry_after == 13  # (5000 - 100) / 396: back long before the reset
+    with pytest.raises(ModelCooldownExhausted):
+        store.select(P, [KEYS[0]], model=MODEL, now=NOW + 12, cost=5000)
+    assert store.select(P, [KEYS[0]], model=MODEL, now=NOW + 13, cost=5000) == KEYS[0]
+    assert store.select(P, [KEYS[0]], model=MODEL, now=NOW + 1, cost=400) == KEYS[0]
 
 
 def test_a_request_larger_than_every_limit_goes_to_the_largest_limit(store: ModelCooldown) -> None:
@@ -143,3 +157,12 @@ def test_a_429_without_requests_left_still_cools_the_key(
         CredentialPool.dispatch("ce-gpt-pro", lambda key: Answer(), model=MODEL, cost=5934)
     with pytest.raises(ModelCooldownExhausted):
         CredentialPool.select("ce-gpt-pro", model=MODEL, cost=10)
+
+
+def test_spread_order_reads_the_tokens_refilled_since_the_answer(store: ModelCooldown) -> None:
+    store.record_token_budget(
+        P, KEYS[0], model=MODEL, remaining=100, reset_seconds=25, limit=10000, now=NOW - 20
+    )  # 20 s later, 8020 of its 10 000 are back
+    tokens(store, KEYS[1], 5000, 30)
+    chosen = store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=100)
+    assert chosen == [KEYS[0], KEYS[1]]

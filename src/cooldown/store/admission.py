@@ -8,7 +8,7 @@ budgets end at their reset, and the maps that only order keys are capped.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import islice
 from typing import Literal, NamedTuple, TypeVar
@@ -37,6 +37,42 @@ class Attempt(NamedTuple):
     shared: SharedAttempt | None = None
 
 
+class TokenBudget(NamedTuple):
+    """Tokens a provider announced for a key and scope. With the limit announced, they
+    refill continuously towards it until the reset (OpenAI's reset is the time until the
+    limit is full again): `t` seconds after the answer there are `min(L, R + (L - R) t / T)`.
+    Without it, the announced remaining holds until the reset (SPEC §21)."""
+
+    remaining: int
+    reset: float
+    largest: int  # the limit, or the largest remaining ever announced
+    limit: int | None
+    announced: float
+
+    def level(self, now: float) -> float:
+        if self.limit is None or self.limit <= self.remaining or self.reset <= self.announced:
+            return float(self.remaining)
+        share = min(1.0, (now - self.announced) / (self.reset - self.announced))
+        return self.remaining + (self.limit - self.remaining) * share
+
+    def back(self, in_flight: int, now: float) -> Callable[[int], float]:
+        """When `need` tokens beyond those in flight are there: as they refill, or at the
+        reset without a limit."""
+
+        def moment(need: int) -> float:
+            if self.limit is None or self.limit <= self.remaining:
+                return self.reset
+            missing = need + in_flight - self.remaining
+            span = self.reset - self.announced
+            return min(self.reset, self.announced + missing * span / (self.limit - self.remaining))
+
+        return moment
+
+
+def _nothing_to_wait_for(need: int) -> float:
+    return 0.0
+
+
 Load = tuple[int, float, bool, float, float]
 """How busy a free key is for a scope: in flight, minus its token headroom (0 unknown),
 unbudgeted, reset, last dispatch. Tuples compare in that order: fewest in flight, then the
@@ -56,8 +92,7 @@ class Admission:
         self._probing: dict[bytes, int] = {}  # entry -> the token of its probe
         self._released: dict[bytes, None] = {}  # entries (or credentials) whose cooldown ended
         self._budgets: dict[bytes, tuple[int, float]] = {}  # entry -> (remaining, reset)
-        # entry -> (tokens remaining, reset, the largest token limit known for it)
-        self._token_budgets: dict[bytes, tuple[int, float, int]] = {}
+        self._token_budgets: dict[bytes, TokenBudget] = {}
         self._cost_in_flight: dict[bytes, int] = {}  # entry -> tokens its attempts may spend
         self._last_dispatch: dict[bytes, float] = {}
         self._throttled_at: dict[bytes, float] = {}
@@ -95,12 +130,15 @@ class Admission:
         """A newer answer's budget replaces the old one; it ends at its reset."""
         _bounded_set(self._budgets, entry, (remaining, reset))
 
-    def token_budget(self, entry: bytes, remaining: int, reset: float, limit: int | None) -> None:
-        """Tokens left until the reset; the limit (else the largest remaining ever announced)
-        tells a request no budget of this key could ever hold (SPEC §21)."""
+    def token_budget(
+        self, entry: bytes, remaining: int, reset: float, limit: int | None, now: float
+    ) -> None:
+        """Tokens left, announced at `now`, until the reset; the limit (else the largest
+        remaining ever announced) tells a request no budget of this key could ever hold."""
         known = self._token_budgets.get(entry)
-        largest = max(limit or 0, remaining, 0 if known is None else known[2])
-        _bounded_set(self._token_budgets, entry, (remaining, reset, largest))
+        largest = max(limit or 0, remaining, 0 if known is None else known.largest)
+        budget = TokenBudget(remaining, reset, largest, limit, now)
+        _bounded_set(self._token_budgets, entry, budget)
 
     # -- selection -------------------------------------------------------------------------
 
@@ -131,9 +169,10 @@ class Admission:
         if self._token_budgets:  # the common case has none: nothing to look up
             headroom = self._headroom(entry, now, oversize)
             if headroom is not None:
-                weight = -float(headroom[0])
-                if headroom[0] < (1 if cost is None else cost):
-                    hold = headroom[1]  # too few tokens for this request until their reset
+                weight = -headroom[0]
+                need = 1 if cost is None else cost
+                if headroom[0] < need:
+                    hold = headroom[1](need)  # too few tokens for this request until then
         budget = self._budgets.get(entry)
         if budget is None:
             return hold, (in_flight, weight, True, math.inf, last)
@@ -145,19 +184,22 @@ class Admission:
             hold = max(hold, reset)
         return hold, (in_flight, weight, False, reset, last)
 
-    def _headroom(self, entry: bytes, now: float, oversize: bool) -> tuple[int, float] | None:
-        """(tokens left less those in flight, their reset), `None` when no token budget is
-        known; for an oversize request, (the key's token limit, 0.0: nothing to wait for)."""
-        tokens = self._token_budgets.get(entry)
-        if tokens is None:
+    def _headroom(
+        self, entry: bytes, now: float, oversize: bool
+    ) -> tuple[float, Callable[[int], float]] | None:
+        """(tokens there now less those in flight, when a request's tokens will be there),
+        `None` when no token budget is known; for an oversize request, the key's token
+        limit and nothing to wait for."""
+        budget = self._token_budgets.get(entry)
+        if budget is None:
             return None
-        remaining, reset, largest = tokens
-        if reset <= now:
+        if budget.reset <= now:
             del self._token_budgets[entry]
             return None
         if oversize:
-            return largest, 0.0
-        return remaining - self._cost_in_flight.get(entry, 0), reset
+            return budget.largest, _nothing_to_wait_for  # nothing to wait for: the provider decides
+        in_flight = self._cost_in_flight.get(entry, 0)
+        return budget.level(now) - in_flight, budget.back(in_flight, now)
 
     def oversize(self, entries: list[bytes], cost: int | None, now: float) -> bool:
         """Is `cost` larger than every one of these keys' known token limits (or, without a
@@ -166,7 +208,7 @@ class Admission:
             return False
         for entry in entries:
             tokens = self._token_budgets.get(entry)
-            if tokens is None or tokens[1] <= now or cost <= tokens[2]:
+            if tokens is None or tokens.reset <= now or cost <= tokens.largest:
                 return False
         return True
 

@@ -218,8 +218,9 @@ class Attempts:
         now: float | None = None,
     ) -> None:
         """A provider said `remaining` tokens are left until `reset_seconds` (of `limit`, when
-        it said that too): a request costing more than that less what is in flight waits for
-        the reset or goes to another key (SPEC §21). This process's bookkeeping only."""
+        it said that too: then they refill continuously towards it until the reset): a
+        request costing more than there are, less what is in flight, waits until enough is
+        back or goes to another key (SPEC §21). This process's bookkeeping only."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = _checked_budget(limit, 0)
@@ -228,7 +229,9 @@ class Attempts:
             return
         entry, current_time = located
         with self._lock:
-            self._admission.token_budget(entry, remaining, current_time + reset, limit)
+            self._admission.token_budget(
+                entry, remaining, current_time + reset, limit, current_time
+            )
 
     def _budget_entry(
         self,
