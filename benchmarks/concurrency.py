@@ -99,8 +99,7 @@ class Upstream:
         return counts
 
     def _limits(self, remaining: int, reset: float) -> dict[str, str]:
-        return {
-            "x-ratelimit-limit-requests": str(self.quota),
+        return {  # a fixed window: no limit header, which would mean continuous refill
             "x-ratelimit-remaining-requests": str(remaining),
             "x-ratelimit-reset-requests": f"{reset:.3f}s",
         }

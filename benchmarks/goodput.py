@@ -73,8 +73,7 @@ class Provider:
                 headers["Retry-After"] = str(math.ceil(reset))
             return Reply(429, headers)
         self.used[counter] += 1
-        if self.rate_limit_headers:
-            headers["x-ratelimit-limit-requests"] = str(self.quota)
+        if self.rate_limit_headers:  # a fixed window: no limit header (that means refill)
             headers["x-ratelimit-remaining-requests"] = str(self.quota - self.used[counter])
             headers["x-ratelimit-reset-requests"] = f"{reset:.3f}s"
         return Reply(200, headers)

@@ -52,14 +52,30 @@ def test_go_durations(text: str, seconds: float | None) -> None:
 
 
 def test_openai_spent_request_window() -> None:
-    headers = {
-        "x-ratelimit-limit-requests": "500",
+    headers = {  # no limit announced: the window is held until its reset (the wave-3 rule)
         "x-ratelimit-remaining-requests": "0",
         "x-ratelimit-reset-requests": "6m0s",
         "x-ratelimit-remaining-tokens": "1200",
         "x-ratelimit-reset-tokens": "20ms",
     }
     assert rate_limit_advice(headers) == 360.0
+
+
+def test_with_the_limit_a_spent_window_waits_for_one_request_to_refill() -> None:
+    headers = {  # 500 a window, full again in 6 minutes: one request is back in 0.72 s
+        "x-ratelimit-limit-requests": "500",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "6m0s",
+        "x-ratelimit-remaining-tokens": "1200",
+        "x-ratelimit-reset-tokens": "20ms",
+    }
+    assert rate_limit_advice(headers) == pytest.approx(0.72)
+    anthropic = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": iso(60),
+    }
+    assert rate_limit_advice(anthropic, received_at=RECEIVED) == pytest.approx(1.2)
 
 
 def test_every_spent_window_must_reset_so_the_latest_wins() -> None:

@@ -88,8 +88,7 @@ class SimulatedUpstream:
             remaining = self.quota - len(recent) - 1
         headers = {}
         if self.rate_limit_headers:
-            headers = {
-                "x-ratelimit-limit-requests": str(self.quota),
+            headers = {  # a window, not a refilling bucket: no limit header (SPEC §21)
                 "x-ratelimit-remaining-requests": str(remaining),
                 "x-ratelimit-reset-requests": f"{wait}s",
             }

@@ -148,24 +148,34 @@ def _openai_reset(value: object, received_at: float) -> float | None:
 
 
 def spent_window_reset(lowered: dict[str, object], received_at: float) -> float | None:
-    """Seconds until the latest spent window resets, from headers keyed by lower-case name."""
+    """Seconds until the latest spent window lets one more unit through, from headers keyed by
+    lower-case name. OpenAI's and Anthropic's limits refill continuously, and their reset is
+    the time until the limit is full again: with the limit announced, one unit is back after
+    `reset / limit` (SPEC §21); without it, at the reset."""
     resets: list[float] = []
     for kind in _OPENAI_KINDS:
         if _spent(lowered.get(f"x-ratelimit-remaining-{kind}")):
             reset = _openai_reset(lowered.get(f"x-ratelimit-reset-{kind}"), received_at)
             if reset is not None:
-                resets.append(reset)
+                resets.append(_one_unit(reset, lowered.get(f"x-ratelimit-limit-{kind}")))
     for kind in _ANTHROPIC_KINDS:
         if _spent(lowered.get(f"anthropic-ratelimit-{kind}-remaining")):
             moment = rfc3339_timestamp(lowered.get(f"anthropic-ratelimit-{kind}-reset"))
             if moment is not None:
-                resets.append(max(0.0, moment - received_at))
+                limit = lowered.get(f"anthropic-ratelimit-{kind}-limit")
+                resets.append(_one_unit(max(0.0, moment - received_at), limit))
     for remaining_name, reset_name, read_reset in _PLAIN_PAIRS:
         if _spent(lowered.get(remaining_name)):
             reset = read_reset(lowered.get(reset_name), received_at)
             if reset is not None:
                 resets.append(reset)
     return max(resets) if resets else None
+
+
+def _one_unit(until_full: float, limit: object) -> float:
+    """When a spent counter refilling continuously to `limit` over `until_full` has one unit."""
+    units = _limit(limit)
+    return until_full / units if units else until_full
 
 
 def millisecond_advice(lowered: dict[str, object]) -> float | None:
@@ -182,26 +192,28 @@ def _count(value: object) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
-def request_budget(lowered: dict[str, object], received_at: float) -> tuple[int, float] | None:
-    """(requests remaining, seconds until the window resets) when a provider says both and
-    some are left; requests are what a budget counts (token counters only matter when spent).
-    """
-    found: list[tuple[int, float]] = []
+def request_budget(
+    lowered: dict[str, object], received_at: float
+) -> tuple[int, float, int | None] | None:
+    """(requests remaining, seconds until the window resets, the limit if announced) when a
+    provider says both and some are left; with the limit, they refill continuously."""
+    found: list[tuple[int, float, int | None]] = []
     remaining = _count(lowered.get("x-ratelimit-remaining-requests"))
     reset = _openai_reset(lowered.get("x-ratelimit-reset-requests"), received_at)
     if remaining is not None and reset is not None:
-        found.append((remaining, reset))
+        found.append((remaining, reset, _limit(lowered.get("x-ratelimit-limit-requests"))))
     remaining = _count(lowered.get("anthropic-ratelimit-requests-remaining"))
     moment = rfc3339_timestamp(lowered.get("anthropic-ratelimit-requests-reset"))
     if remaining is not None and moment is not None:
-        found.append((remaining, max(0.0, moment - received_at)))
+        limit = _limit(lowered.get("anthropic-ratelimit-requests-limit"))
+        found.append((remaining, max(0.0, moment - received_at), limit))
     for remaining_name, reset_name, read_reset in _PLAIN_PAIRS:
         remaining = _count(lowered.get(remaining_name))
         reset = read_reset(lowered.get(reset_name), received_at)
         if remaining is not None and reset is not None:
-            found.append((remaining, reset))
+            found.append((remaining, reset, None))
     live = [budget for budget in found if budget[0] > 0 and budget[1] > 0]
-    return min(live) if live else None
+    return min(live, key=lambda budget: (budget[0], budget[1])) if live else None
 
 
 def _limit(value: object) -> int | None:

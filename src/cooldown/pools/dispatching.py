@@ -262,6 +262,7 @@ class _ScopedDispatch:
                 quota_bucket=self.quota_bucket,
                 remaining=budget[0],
                 reset_seconds=budget[1],
+                limit=budget[2],
                 now=self.now,
             )
         return deadline

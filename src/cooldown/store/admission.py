@@ -37,11 +37,12 @@ class Attempt(NamedTuple):
     shared: SharedAttempt | None = None
 
 
-class TokenBudget(NamedTuple):
-    """Tokens a provider announced for a key and scope. With the limit announced, they
-    refill continuously towards it until the reset (OpenAI's reset is the time until the
-    limit is full again): `t` seconds after the answer there are `min(L, R + (L - R) t / T)`.
-    Without it, the announced remaining holds until the reset (SPEC §21)."""
+class Budget(NamedTuple):
+    """Requests or tokens a provider announced for a key and scope. With the limit announced,
+    they refill continuously towards it until the reset (OpenAI's reset is the time until
+    the limit is full again): `t` seconds after the answer there are
+    `min(L, R + (L - R) t / T)`. Without it, the announced remaining holds until the reset
+    (SPEC §21)."""
 
     remaining: int
     reset: float
@@ -56,7 +57,7 @@ class TokenBudget(NamedTuple):
         return self.remaining + (self.limit - self.remaining) * share
 
     def back(self, in_flight: int, now: float) -> Callable[[int], float]:
-        """When `need` tokens beyond those in flight are there: as they refill, or at the
+        """When `need` units beyond those in flight are there: as they refill, or at the
         reset without a limit."""
 
         def moment(need: int) -> float:
@@ -91,8 +92,8 @@ class Admission:
         self._in_flight: dict[bytes, int] = {}
         self._probing: dict[bytes, int] = {}  # entry -> the token of its probe
         self._released: dict[bytes, None] = {}  # entries (or credentials) whose cooldown ended
-        self._budgets: dict[bytes, tuple[int, float]] = {}  # entry -> (remaining, reset)
-        self._token_budgets: dict[bytes, TokenBudget] = {}
+        self._budgets: dict[bytes, Budget] = {}  # requests
+        self._token_budgets: dict[bytes, Budget] = {}  # tokens
         self._cost_in_flight: dict[bytes, int] = {}  # entry -> tokens its attempts may spend
         self._last_dispatch: dict[bytes, float] = {}
         self._throttled_at: dict[bytes, float] = {}
@@ -126,9 +127,18 @@ class Admission:
         throttled_at = self._throttled_at.get(entry)
         return throttled_at is not None and sent_at < throttled_at
 
-    def budget(self, entry: bytes, remaining: int, reset: float) -> None:
-        """A newer answer's budget replaces the old one; it ends at its reset."""
-        _bounded_set(self._budgets, entry, (remaining, reset))
+    def budget(
+        self,
+        entry: bytes,
+        remaining: int,
+        reset: float,
+        limit: int | None = None,
+        now: float = 0.0,
+    ) -> None:
+        """A newer answer's request budget replaces the old one; it ends at its reset and,
+        with the limit announced (at `now`), refills towards it meanwhile."""
+        largest = max(limit or 0, remaining)
+        _bounded_set(self._budgets, entry, Budget(remaining, reset, largest, limit, now))
 
     def token_budget(
         self, entry: bytes, remaining: int, reset: float, limit: int | None, now: float
@@ -137,7 +147,7 @@ class Admission:
         remaining ever announced) tells a request no budget of this key could ever hold."""
         known = self._token_budgets.get(entry)
         largest = max(limit or 0, remaining, 0 if known is None else known.largest)
-        budget = TokenBudget(remaining, reset, largest, limit, now)
+        budget = Budget(remaining, reset, largest, limit, now)
         _bounded_set(self._token_budgets, entry, budget)
 
     # -- selection -------------------------------------------------------------------------
@@ -176,13 +186,12 @@ class Admission:
         budget = self._budgets.get(entry)
         if budget is None:
             return hold, (in_flight, weight, True, math.inf, last)
-        remaining, reset = budget
-        if reset <= now:
+        if budget.reset <= now:
             del self._budgets[entry]
             return hold, (in_flight, weight, True, math.inf, last)
-        if remaining - in_flight <= 0:
-            hold = max(hold, reset)
-        return hold, (in_flight, weight, False, reset, last)
+        if budget.level(now) - in_flight < 1:  # no request left until one more refills
+            hold = max(hold, budget.back(in_flight, now)(1))
+        return hold, (in_flight, weight, False, budget.reset, last)
 
     def _headroom(
         self, entry: bytes, now: float, oversize: bool

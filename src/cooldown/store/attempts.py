@@ -190,16 +190,20 @@ class Attempts:
         quota_bucket: str | None = None,
         remaining: int,
         reset_seconds: float,
+        limit: int | None = None,
         now: float | None = None,
     ) -> None:
-        """A provider said `remaining` requests are left until its window resets."""
+        """A provider said `remaining` requests are left until its window resets (of `limit`,
+        when it said that too: then they refill continuously towards it until the reset)."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
+        if limit is not None:
+            limit, _ = _checked_budget(limit, 0)
         located = self._budget_entry(provider, credential, model, quota_bucket, now)
         if located is None:
             return
         entry, current_time = located
         with self._lock:
-            self._admission.budget(entry, remaining, current_time + reset)
+            self._admission.budget(entry, remaining, current_time + reset, limit, current_time)
         ending = _ending.get()
         if ending is not None:  # shared with the attempt's end
             ending.budget = (remaining, current_time + reset)
