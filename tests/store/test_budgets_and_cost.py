@@ -1,5 +1,5 @@
-"""Requests that cost tokens (SPEC §21): a key's token budget, less the cost in flight, must
-hold a request's cost; spread order prefers token headroom; the soonest reset is the advice."""
+"""Budgets a provider announces (SPEC §21): requests and tokens, refilled continuously when
+the limit is announced; a request's `cost` held against a key's tokens while in flight."""
 
 from __future__ import annotations
 
@@ -166,3 +166,24 @@ def test_spread_order_reads_the_tokens_refilled_since_the_answer(store: ModelCoo
     tokens(store, KEYS[1], 5000, 30)
     chosen = store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=100)
     assert chosen == [KEYS[0], KEYS[1]]
+
+
+def test_a_request_budget_with_its_limit_refills_instead_of_waiting_for_the_reset(
+    store: ModelCooldown,
+) -> None:
+    # 0 of 60 requests left, full again in 60 s: one request is back every second
+    store.record_budget(P, KEYS[0], model=MODEL, remaining=1, reset_seconds=60, limit=60, now=NOW)
+    taken = store.admit(P, [KEYS[0]], model=MODEL, now=NOW)  # the last one: 0 left now
+    assert taken is not None
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        store.select(P, [KEYS[0]], model=MODEL, now=NOW)
+    assert raised.value.retry_after == 2  # 1 in flight + 1 more, at one a second
+    assert store.select(P, [KEYS[0]], model=MODEL, now=NOW + 2) == KEYS[0]
+
+
+def test_a_request_budget_without_its_limit_waits_for_the_reset(store: ModelCooldown) -> None:
+    store.record_budget(P, KEYS[0], model=MODEL, remaining=1, reset_seconds=60, now=NOW)
+    assert store.admit(P, [KEYS[0]], model=MODEL, now=NOW) is not None
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        store.select(P, [KEYS[0]], model=MODEL, now=NOW + 30)
+    assert raised.value.retry_after == 30
