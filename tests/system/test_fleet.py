@@ -21,6 +21,8 @@ TOKEN = "fleet-token-" + "x" * 24
 WORKERS = 4
 APP = textwrap.dedent(
     """
+    import time
+
     from flask import Flask
     from cooldown import CredentialPool, init_app, status_blueprint
 
@@ -38,6 +40,7 @@ APP = textwrap.dedent(
 
     @app.post("/ask")
     def ask() -> str:
+        time.sleep(0.2)  # a busy sync worker: requests sent meanwhile reach the others
         return CredentialPool.select("fleet", model="m") or "none"  # every key cools: 429
     """
 )
