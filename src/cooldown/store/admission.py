@@ -8,7 +8,7 @@ budgets end at their reset, and the maps that only order keys are capped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 from itertools import islice
 from typing import Literal, NamedTuple, TypeVar
@@ -56,22 +56,14 @@ class Budget(NamedTuple):
         share = min(1.0, (now - self.announced) / (self.reset - self.announced))
         return self.remaining + (self.limit - self.remaining) * share
 
-    def back(self, in_flight: int, now: float) -> Callable[[int], float]:
+    def moment(self, need: float, in_flight: int) -> float:
         """When `need` units beyond those in flight are there: as they refill, or at the
         reset without a limit."""
-
-        def moment(need: int) -> float:
-            if self.limit is None or self.limit <= self.remaining:
-                return self.reset
-            missing = need + in_flight - self.remaining
-            span = self.reset - self.announced
-            return min(self.reset, self.announced + missing * span / (self.limit - self.remaining))
-
-        return moment
-
-
-def _nothing_to_wait_for(need: int) -> float:
-    return 0.0
+        if self.limit is None or self.limit <= self.remaining:
+            return self.reset
+        missing = need + in_flight - self.remaining
+        span = self.reset - self.announced
+        return min(self.reset, self.announced + missing * span / (self.limit - self.remaining))
 
 
 Load = tuple[int, float, bool, float, float]
@@ -83,7 +75,7 @@ budget), then budgeted, soonest reset, least recently used."""
 
 class Admission:
     """In-flight counts per (credential, scope) with expiring leases; the probe claim after a
-    cooldown ends; request budgets from rate-limit headers."""
+    cooldown ends; request and token budgets from rate-limit headers."""
 
     def __init__(self) -> None:
         self._next_token = 0
@@ -167,8 +159,9 @@ class Admission:
         self, entry: bytes, now: float, cost: int | None = None, *, oversize: bool = False
     ) -> tuple[float, Load]:
         """Until when the key is held back for this scope (0.0: it may be dispatched now;
-        `now + 1` while its probe is out, a reset while its request budget is spent or its
-        tokens, less those in flight, are fewer than `cost` needs), and how busy it is. An
+        `now + 1` while its probe is out; while its requests, or its tokens less those in
+        flight, are fewer than one request or `cost` needs, until enough is back), and how
+        busy it is. An
         `oversize` request (larger than every candidate's token limit) is held by no token
         budget and ranks keys by their limit: the provider decides. Call `expire` first."""
         in_flight = self._in_flight.get(entry, 0)
@@ -177,12 +170,7 @@ class Admission:
             return now + 1.0, (in_flight, 0.0, True, math.inf, last)
         hold = weight = 0.0
         if self._token_budgets:  # the common case has none: nothing to look up
-            headroom = self._headroom(entry, now, oversize)
-            if headroom is not None:
-                weight = -headroom[0]
-                need = 1 if cost is None else cost
-                if headroom[0] < need:
-                    hold = headroom[1](need)  # too few tokens for this request until then
+            hold, weight = self._token_hold(entry, now, 1 if cost is None else cost, oversize)
         budget = self._budgets.get(entry)
         if budget is None:
             return hold, (in_flight, weight, True, math.inf, last)
@@ -190,25 +178,30 @@ class Admission:
             del self._budgets[entry]
             return hold, (in_flight, weight, True, math.inf, last)
         if budget.level(now) - in_flight < 1:  # no request left until one more refills
-            hold = max(hold, budget.back(in_flight, now)(1))
+            hold = max(hold, budget.moment(1, in_flight))
         return hold, (in_flight, weight, False, budget.reset, last)
 
-    def _headroom(
-        self, entry: bytes, now: float, oversize: bool
-    ) -> tuple[float, Callable[[int], float]] | None:
-        """(tokens there now less those in flight, when a request's tokens will be there),
-        `None` when no token budget is known; for an oversize request, the key's token
-        limit and nothing to wait for."""
+    def _token_hold(
+        self, entry: bytes, now: float, need: int, oversize: bool
+    ) -> tuple[float, float]:
+        """(until when the key's tokens cannot hold `need` beyond those in flight, minus its
+        token headroom for the spread order); (0.0, 0.0) without a token budget. For an
+        oversize request nothing holds and the key's limit ranks it: the provider decides."""
         budget = self._token_budgets.get(entry)
         if budget is None:
-            return None
+            return 0.0, 0.0
         if budget.reset <= now:
             del self._token_budgets[entry]
-            return None
+            return 0.0, 0.0
         if oversize:
-            return budget.largest, _nothing_to_wait_for  # nothing to wait for: the provider decides
+            return 0.0, -float(budget.largest)
         in_flight = self._cost_in_flight.get(entry, 0)
-        return budget.level(now) - in_flight, budget.back(in_flight, now)
+        headroom = budget.level(now) - in_flight
+        return (budget.moment(need, in_flight) if headroom < need else 0.0), -headroom
+
+    @property
+    def knows_tokens(self) -> bool:
+        return bool(self._token_budgets)
 
     def oversize(self, entries: list[bytes], cost: int | None, now: float) -> bool:
         """Is `cost` larger than every one of these keys' known token limits (or, without a

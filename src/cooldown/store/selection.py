@@ -13,7 +13,6 @@ from ..arguments import (
     check_cost,
     finite_number,
     require_keys,
-    require_str,
     resolve_now,
     retry_after,
 )
@@ -98,29 +97,22 @@ def scan(
     digest: PreparedHmac,
     prefix: bytes,
     keys: Sequence[str],
-    scope: bytes | None,
     legacy: Mapping[str, float],
     now: float,
     *,
     first_only: bool,
 ) -> tuple[list[str], float]:
-    """The keys free at `now` and the earliest release among the others."""
-    # With an empty table (a healthy gateway) no digest can match: skip computing them.
-    scope_digest = digest(scope) if deadlines and scope is not None else None
+    """The keys free at `now` for a call without a scope (a scoped one goes through
+    `admissible`), and the earliest release among the others. `gather` checked the keys
+    and the legacy rests."""
     free: list[str] = []
     earliest = math.inf
     for key in keys:
-        if not isinstance(key, str):
-            raise TypeError("each key must be a str")
-        # A key returns only when its auth, scope and legacy rests have all expired.
-        release = 0.0
-        if deadlines:
-            credential = digest(credential_message(prefix, key))
-            release = deadlines.get(credential, 0.0)
-            if scope_digest is not None:
-                release = max(release, deadlines.get(credential + scope_digest, 0.0))
+        # A key returns only when its auth and legacy rests have both expired; with an
+        # empty table (a healthy gateway) no digest can match: none is computed.
+        release = deadlines.get(digest(credential_message(prefix, key)), 0.0) if deadlines else 0.0
         if key in legacy:
-            release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
+            release = max(release, legacy[key])
         if release <= now:
             free.append(key)
             if first_only:
@@ -146,7 +138,7 @@ def explain_keys(
     scope_digest = None if scope is None else digest(scope)
     explained: list[tuple[Reason, float]] = []
     for key in keys:
-        credential = digest(credential_message(prefix, require_str(key, "each key")))
+        credential = digest(credential_message(prefix, key))  # `gather` checked the keys
         shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
         scope_release = 0.0
         if scope_digest is not None:
@@ -154,7 +146,7 @@ def explain_keys(
         held = (
             ("credential", max(deadlines.get(credential, 0.0), shared_wide)),
             ("scope", max(scope_release, shared_scope)),
-            ("legacy", finite_number(legacy.get(key, 0.0), "legacy_rest_until value")),
+            ("legacy", legacy.get(key, 0.0)),
         )
         reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
         if release <= now and scope_digest is not None:
@@ -189,14 +181,14 @@ def admissible(
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
     admission.expire(now)
-    # With a cost, whether it is oversize depends on every key's token limit: digest them all
-    # first. Without one, digests are computed as the scan goes (configured order may stop
-    # at its first free key).
+    # Whether a cost is oversize depends on every key's token limit: then every digest comes
+    # first. Otherwise they are computed as the scan goes (configured order may stop at its
+    # first free key). `gather` checked the keys and the legacy rests.
     digested: list[tuple[bytes, bytes]] = []
     oversize = False
-    if cost is not None:
+    if cost is not None and admission.knows_tokens:
         for key in keys:
-            credential = digest(credential_message(prefix, require_str(key, "each key")))
+            credential = digest(credential_message(prefix, key))
             digested.append((credential, credential + scope_digest))
         oversize = admission.oversize([entry for _, entry in digested], cost, now)
     free: list[tuple[Load, int, str, bytes, bytes]] = []
@@ -205,13 +197,13 @@ def admissible(
         if digested:
             credential, entry = digested[position]
         else:
-            credential = digest(credential_message(prefix, require_str(key, "each key")))
+            credential = digest(credential_message(prefix, key))
             entry = credential + scope_digest
         release = 0.0
         if deadlines:
             release = max(deadlines.get(credential, 0.0), deadlines.get(entry, 0.0))
         if key in legacy:
-            release = max(release, finite_number(legacy[key], "legacy_rest_until value"))
+            release = max(release, legacy[key])
         load = _NO_LOAD
         if release <= now:
             release, load = admission.weigh(entry, now, cost, oversize=oversize)
@@ -326,7 +318,6 @@ class Selection:
                     self._digest,
                     prefix,
                     keys,
-                    scope,
                     legacy,
                     current_time,
                     first_only=mode == "select",
