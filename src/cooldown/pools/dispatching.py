@@ -28,6 +28,8 @@ from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settin
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation
 
+__all__ = ["steps_for"]
+
 SDK_RETRIES_WARNING = (
     "provider %s: the upstream client retried inside send (x-stainless-retry-count > 0); "
     "construct it with max_retries=0 so rotation, not the SDK, decides the next key"
@@ -84,9 +86,6 @@ def _body_advice(provider: str, advice: BodyAdvice, value: object) -> float | No
         return float(min(advised, LARGEST_MAX_SECONDS))  # capped again where it is stored
     warn_once(provider, ADVICE_UNUSABLE)
     return None
-
-
-__all__ = ["steps_for"]
 
 
 def _keyed(key: str | None) -> tuple[str, None] | None:
@@ -203,16 +202,20 @@ class _ScopedDispatch:
         """Record the answer as of the attempt's start; keep the budget its headers announce.
         With shared state, these writes go with the attempt's end, in one round trip."""
         key, attempt = admitted
+        recording = ScopedRecording.from_call(
+            answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
+        )
+        advice = evidence.get("retry_after_seconds")
         if attempt.shared is None:
-            deadline = self._record(key, attempt, answer, evidence)
+            deadline = self._record(key, attempt, answer, recording, advice)
         else:
             with model_cooldown.ending(attempt):
-                deadline = self._record(key, attempt, answer, evidence)
+                deadline = self._record(key, attempt, answer, recording, advice)
                 attempt.shared.learned = window_learner.export(self.provider, key, self._scope())
         self.pool._cool_siblings(  # after the ending: a sibling's write is not this attempt's
             self.provider,
             key,
-            self._evidence(answer, evidence),
+            recording,
             self.model,
             self.quota_bucket,
             deadline,
@@ -225,7 +228,8 @@ class _ScopedDispatch:
         key: str,
         attempt: Attempt,
         answer: Answer,
-        evidence: RecordingContext,
+        recording: ScopedRecording,
+        advice: float | None,
     ) -> float | None:
         received_at = time.time()
         tokens = token_budget(answer.headers, received_at) if answer.headers else None
@@ -245,10 +249,10 @@ class _ScopedDispatch:
         deadline = self.pool._record_scoped(
             self.provider,
             key,
-            self._evidence(answer, evidence),
+            recording,
             self.model,
             self.quota_bucket,
-            evidence.get("retry_after_seconds"),
+            advice,
             self.current,
             self.now,
             attempt.started,
@@ -274,12 +278,6 @@ class _ScopedDispatch:
             return False
         requests = requests_remaining(answer.headers)
         return requests is not None and requests > 0
-
-    @staticmethod
-    def _evidence(answer: Answer, evidence: RecordingContext) -> ScopedRecording:
-        return ScopedRecording.from_call(
-            answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
-        )
 
     def _scope(self) -> bytes:
         message = scope_message(self.model, self.quota_bucket)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any, Protocol, TypeVar
 
 from ..errors import CooldownError, ModelCooldownExhausted
-from ..evidence.advice import RecordingContext, recording_context
+from ..evidence.advice import RecordingContext
 from ..evidence.answers import Answer, answer_raised, answer_returned
 from ..evidence.outcome import classify_status
 
@@ -53,11 +53,9 @@ def rotation(
     rest: Callable[[set[str]], Admitted | None],
     record: Record,
     finish: Callable[[Admitted, bool], None],
-    rotate_on: frozenset[int] = frozenset(),
-    retried: Callable[[], None] = lambda: None,
-    read: Callable[[Answer], RecordingContext] = lambda answer: recording_context(
-        answer.status, answer.headers
-    ),
+    rotate_on: frozenset[int],
+    retried: Callable[[], None],
+    read: Callable[[Answer], RecordingContext],
 ) -> Steps:
     """Every key at most once; the answer when it is not a key problem.
 
@@ -68,7 +66,8 @@ def rotation(
     or auth rejection (the client's own credentials are not what failed); `None` when the
     free keys were all tried, and then the last answer stands. A status in `rotate_on` moves
     to the next untried free key, cooling nothing; when none is free, its answer stands.
-    `read` turns an answer into the evidence recorded.
+    `retried` hears of an answer an SDK retried inside `send`; `read` turns an answer into
+    the evidence recorded.
     """
     admitted = first()  # a CooldownError here propagates: nothing has been sent
     tried: set[str] = set()
