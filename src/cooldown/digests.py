@@ -6,6 +6,7 @@ import hashlib
 
 __all__ = [
     "PreparedHmac",
+    "account_message",
     "credential_message",
     "credential_prefix",
     "frame",
@@ -25,6 +26,7 @@ def frame(part: str) -> bytes:
 _CREDENTIAL_TAG = frame("credential")
 _MODEL_TAG = frame("model")
 _BUCKET_TAG = frame("quota_bucket")
+_ACCOUNT_TAG = frame("account")
 
 
 class PreparedHmac:
@@ -74,6 +76,12 @@ def credential_message(prefix: bytes, credential: str) -> bytes:
     """What a credential id is the HMAC of, locally and in shared state alike; `prefix` is
     the provider's `credential_prefix`."""
     return prefix + frame(credential)
+
+
+def account_message(prefix: bytes, label: str) -> bytes:
+    """What an account id is the HMAC of: the provider's `credential_prefix`, the label, and
+    a tag no credential message ends with (a credential's frame ends the message)."""
+    return prefix + frame(label) + _ACCOUNT_TAG
 
 
 def optional_str(value: object, name: str) -> str | None:

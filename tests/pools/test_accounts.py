@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cooldown import CredentialPool, ModelCooldown, init_app
+from cooldown import CredentialPool, ModelCooldown, init_app, model_cooldown
 from cooldown.shared.observations import RedisObservations
 
 P = "accounted"
@@ -56,6 +56,25 @@ def test_dispatch_after_a_throttle_goes_to_another_account_not_a_sibling(pool: N
     answer = CredentialPool.dispatch(P, send, model="m", order="configured")
     assert answer.status_code == 200
     assert sent == [KEYS[0], KEYS[2]]  # the sibling was never sent: it shares the quota
+
+
+def test_one_keys_token_headers_hold_its_siblings_for_a_large_request(pool: None) -> None:
+    headers = {
+        "x-ratelimit-remaining-tokens": "1000",
+        "x-ratelimit-reset-tokens": "30s",
+        "x-ratelimit-remaining-requests": "1",
+        "x-ratelimit-reset-requests": "30s",
+    }
+    answer = CredentialPool.dispatch(
+        P, lambda key: Answer(200, headers), model="m", order="configured", cost=10
+    )
+    assert answer.status_code == 200
+    assert CredentialPool.available(P, model="m", cost=5000) == [KEYS[2]]
+    assert CredentialPool.available(P, model="m", cost=500) == KEYS
+    taken = model_cooldown.admit(P, KEYS[1:2], model="m", accounts={KEYS[1]: "team-a"})
+    assert taken is not None  # the account's last request, taken by the sibling
+    status = CredentialPool.status(P, model="m")["keys"]
+    assert [key["state"] for key in status] == ["cooling", "cooling", "ready"]
 
 
 def test_without_accounts_every_key_is_its_own(enabled: None) -> None:

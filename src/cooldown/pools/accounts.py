@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from ..config import ACCOUNTS_ENV, warn_once
@@ -23,10 +23,18 @@ __all__ = [
     "apply_app_accounts",
     "checked_accounts",
     "forget_app_accounts",
+    "labels_by_key",
 ]
 
 AccountMap = Mapping[int, str]
 """1-based key position -> its account's label."""
+
+
+def labels_by_key(keys: Sequence[str], grouped: AccountMap) -> dict[str, str]:
+    """Key -> its account's label, for the keys (in configured order) that are in one."""
+    if not grouped:
+        return {}
+    return {key: grouped[p] for p, key in enumerate(keys, start=1) if p in grouped}
 
 
 def checked_accounts(provider: str, accounts: object) -> dict[int, str]:

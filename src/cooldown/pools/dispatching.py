@@ -25,6 +25,7 @@ from ..evidence.learn import window_learner
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
+from .accounts import labels_by_key
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation
 
@@ -166,6 +167,7 @@ class _ScopedDispatch:
         self.model, self.quota_bucket = scope.get("model"), scope.get("quota_bucket")
         self.affinity = check_affinity(affinity)
         self.order: Order = "configured" if self.affinity is not None else order
+        self.accounts: dict[str, str] = {}  # key -> its account's label, read with the keys
 
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
         """The next key, counted in flight (SPEC §15); affinity keeps its rendezvous order."""
@@ -175,6 +177,7 @@ class _ScopedDispatch:
             return None
         current_time = resolve_now(self.now)
         rests = pool._legacy.live(provider, candidates, current_time, self.current.max_seconds)
+        self.accounts = labels_by_key(candidates, pool.accounts(provider))
         if self.affinity is not None:
             candidates = by_affinity(candidates, self.affinity)
         taken = model_cooldown.admit(
@@ -189,6 +192,7 @@ class _ScopedDispatch:
             exclude=tried,
             lease_seconds=self.current.lease_seconds,
             cost=self.cost,
+            accounts=self.accounts,
         )
         if taken is not None and taken[1].shared is not None and self.current.learn != "off":
             learned = taken[1].shared.learned
@@ -243,6 +247,7 @@ class _ScopedDispatch:
                 reset_seconds=tokens[1],
                 limit=tokens[2],
                 now=self.now,
+                account=self.accounts.get(key),
             )
             if self._token_shortfall(answer, tokens[0]):
                 return None  # the key's tokens are recorded; smaller requests still fit
@@ -268,6 +273,7 @@ class _ScopedDispatch:
                 reset_seconds=budget[1],
                 limit=budget[2],
                 now=self.now,
+                account=self.accounts.get(key),
             )
         return deadline
 

@@ -9,6 +9,7 @@ from ..arguments import retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
 from ..store import model_cooldown
+from .accounts import labels_by_key
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
@@ -111,5 +112,6 @@ def keys_status(
         max_seconds=current.max_seconds,
         now=now,
         legacy_rest_until=rests,
+        accounts=labels_by_key(keys, accounts or {}),
     )
     return pool_status(provider, explained, scoped, now, current.max_seconds, accounts)

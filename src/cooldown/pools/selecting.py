@@ -8,7 +8,7 @@ from typing import ClassVar
 from ..arguments import check_cost, require_keys, resolve_now
 from ..store import Order, model_cooldown
 from ._common import by_affinity, check_affinity, scoped_max_seconds
-from .accounts import AccountMap, accounts_from_environment
+from .accounts import AccountMap, accounts_from_environment, labels_by_key
 from .code_keys import CodeKeys
 from .discovery import discover, numbered_keys
 from .legacy import LegacyRests
@@ -43,22 +43,19 @@ class KeySelection:
         return accounts_from_environment(provider) if registered is None else registered
 
     @classmethod
+    def key_accounts(cls, provider: str) -> dict[str, str]:
+        """Key -> its account's label, for the configured keys in an account."""
+        grouped = cls.accounts(provider)
+        return labels_by_key(cls.keys(provider), grouped) if grouped else {}
+
+    @classmethod
     def siblings(cls, provider: str, key: str) -> list[str]:
         """The other keys of `key`'s account (none when it is in no account)."""
-        grouped = cls.accounts(provider)
-        if not grouped:
-            return []
-        keys = cls.keys(provider)
-        if key not in keys:
-            return []
-        label = grouped.get(keys.index(key) + 1)
+        labels = cls.key_accounts(provider)
+        label = labels.get(key)
         if label is None:
             return []
-        return [
-            other
-            for position, other in enumerate(keys, start=1)
-            if other != key and grouped.get(position) == label
-        ]
+        return [other for other, its in labels.items() if its == label and other != key]
 
     @classmethod
     def available(
@@ -130,6 +127,7 @@ class KeySelection:
             legacy_rest_until=rests,
             order=order,
             cost=cost,
+            accounts=cls.key_accounts(provider),
         )
         return by_affinity(free, affinity)
 
@@ -171,4 +169,5 @@ class KeySelection:
             legacy_rest_until=rests,
             order=order,
             cost=cost,
+            accounts=cls.key_accounts(provider),
         )

@@ -15,7 +15,7 @@ from typing import Literal, NamedTuple, TypeVar
 
 from .backend import SharedAttempt
 
-__all__ = ["ORDERS", "Admission", "Attempt", "Claim", "Load", "Order"]
+__all__ = ["ORDERS", "Admission", "Admitted", "Attempt", "Claim", "Load", "Order"]
 
 _Value = TypeVar("_Value")
 
@@ -35,6 +35,7 @@ class Attempt(NamedTuple):
     started: float
     probe: bool
     shared: SharedAttempt | None = None
+    account: bytes | None = None  # account digest + scope digest, for a key in an account
 
 
 class Budget(NamedTuple):
@@ -75,18 +76,23 @@ budget), then budgeted, soonest reset, least recently used."""
 
 class Admission:
     """In-flight counts per (credential, scope) with expiring leases; the probe claim after a
-    cooldown ends; request and token budgets from rate-limit headers."""
+    cooldown ends; request and token budgets from rate-limit headers.
+
+    A key in an account spends the account's budgets (SPEC §21): they live under the
+    account's entry (account digest + scope digest), where the in-flight counts and costs of
+    all its keys are summed; a key in no account is its own account."""
 
     def __init__(self) -> None:
         self._next_token = 0
-        self._leases: dict[int, tuple[bytes, float, int]] = {}  # token -> (entry, lease, cost)
+        # token -> (entry, lease deadline, cost, account entry or None)
+        self._leases: dict[int, tuple[bytes, float, int, bytes | None]] = {}
         self._lease_expiry: list[tuple[float, int]] = []  # (lease deadline, token), a heap
-        self._in_flight: dict[bytes, int] = {}
+        self._in_flight: dict[bytes, int] = {}  # per entry, and summed per account entry
         self._probing: dict[bytes, int] = {}  # entry -> the token of its probe
         self._released: dict[bytes, None] = {}  # entries (or credentials) whose cooldown ended
         self._budgets: dict[bytes, Budget] = {}  # requests
         self._token_budgets: dict[bytes, Budget] = {}  # tokens
-        self._cost_in_flight: dict[bytes, int] = {}  # entry -> tokens its attempts may spend
+        self._cost_in_flight: dict[bytes, int] = {}  # budget's entry -> tokens it may spend
         self._last_dispatch: dict[bytes, float] = {}
         self._throttled_at: dict[bytes, float] = {}
 
@@ -156,46 +162,54 @@ class Admission:
         return entry in self._probing
 
     def weigh(
-        self, entry: bytes, now: float, cost: int | None = None, *, oversize: bool = False
+        self,
+        entry: bytes,
+        now: float,
+        cost: int | None = None,
+        *,
+        oversize: bool = False,
+        account: bytes | None = None,
     ) -> tuple[float, Load]:
         """Until when the key is held back for this scope (0.0: it may be dispatched now;
-        `now + 1` while its probe is out; while its requests, or its tokens less those in
-        flight, are fewer than one request or `cost` needs, until enough is back), and how
-        busy it is. An
+        `now + 1` while its probe is out; while its budget's requests, or its tokens less
+        those in flight, are fewer than one request or `cost` needs, until enough is back),
+        and how busy it is. The budgets are the `account`'s when the key is in one. An
         `oversize` request (larger than every candidate's token limit) is held by no token
         budget and ranks keys by their limit: the provider decides. Call `expire` first."""
         in_flight = self._in_flight.get(entry, 0)
         last = self._last_dispatch.get(entry, -math.inf)
         if entry in self._probing:
             return now + 1.0, (in_flight, 0.0, True, math.inf, last)
+        owner = entry if account is None else account
         hold = weight = 0.0
         if self._token_budgets:  # the common case has none: nothing to look up
-            hold, weight = self._token_hold(entry, now, 1 if cost is None else cost, oversize)
-        budget = self._budgets.get(entry)
+            hold, weight = self._token_hold(owner, now, 1 if cost is None else cost, oversize)
+        budget = self._budgets.get(owner)
         if budget is None:
             return hold, (in_flight, weight, True, math.inf, last)
         if budget.reset <= now:
-            del self._budgets[entry]
+            del self._budgets[owner]
             return hold, (in_flight, weight, True, math.inf, last)
-        if budget.level(now) - in_flight < 1:  # no request left until one more refills
-            hold = max(hold, budget.moment(1, in_flight))
+        spending = in_flight if account is None else self._in_flight.get(account, 0)
+        if budget.level(now) - spending < 1:  # no request left until one more refills
+            hold = max(hold, budget.moment(1, spending))
         return hold, (in_flight, weight, False, budget.reset, last)
 
     def _token_hold(
-        self, entry: bytes, now: float, need: int, oversize: bool
+        self, owner: bytes, now: float, need: int, oversize: bool
     ) -> tuple[float, float]:
         """(until when the key's tokens cannot hold `need` beyond those in flight, minus its
         token headroom for the spread order); (0.0, 0.0) without a token budget. For an
         oversize request nothing holds and the key's limit ranks it: the provider decides."""
-        budget = self._token_budgets.get(entry)
+        budget = self._token_budgets.get(owner)
         if budget is None:
             return 0.0, 0.0
         if budget.reset <= now:
-            del self._token_budgets[entry]
+            del self._token_budgets[owner]
             return 0.0, 0.0
         if oversize:
             return 0.0, -float(budget.largest)
-        in_flight = self._cost_in_flight.get(entry, 0)
+        in_flight = self._cost_in_flight.get(owner, 0)
         headroom = budget.level(now) - in_flight
         return (budget.moment(need, in_flight) if headroom < need else 0.0), -headroom
 
@@ -203,13 +217,14 @@ class Admission:
     def knows_tokens(self) -> bool:
         return bool(self._token_budgets)
 
-    def oversize(self, entries: list[bytes], cost: int | None, now: float) -> bool:
-        """Is `cost` larger than every one of these keys' known token limits (or, without a
-        limit header, the largest remaining each ever announced)?"""
-        if cost is None or not entries:
+    def oversize(self, owners: list[bytes], cost: int | None, now: float) -> bool:
+        """Is `cost` larger than every one of these budgets' known token limits (or, without
+        a limit header, the largest remaining each ever announced)? `owners`: each key's
+        entry, or its account's."""
+        if cost is None or not owners:
             return False
-        for entry in entries:
-            tokens = self._token_budgets.get(entry)
+        for owner in owners:
+            tokens = self._token_budgets.get(owner)
             if tokens is None or tokens.reset <= now or cost <= tokens.largest:
                 return False
         return True
@@ -224,21 +239,26 @@ class Admission:
         lease: float,
         shared: tuple[bool, SharedAttempt] | None = None,
         cost: int | None = None,
+        account: bytes | None = None,
     ) -> Attempt:
-        """Count one attempt in flight; it is the probe when the key's cooldown just ended
-        (or, when the shared state admitted it, when the shared state says so)."""
+        """Count one attempt in flight (and in its account's count); it is the probe when the
+        key's cooldown just ended (or, when the shared state admitted it, when the shared
+        state says so)."""
         self._next_token += 1
         token = self._next_token
         held_cost = cost or 0
-        self._leases[token] = (entry, now + lease, held_cost)
+        self._leases[token] = (entry, now + lease, held_cost, account)
         expiry = self._lease_expiry
         heappush(expiry, (now + lease, token))
         if len(expiry) > 2 * len(self._leases) + 64:  # finished attempts' items: drop them
-            expiry[:] = [(deadline, token) for token, (_, deadline, _) in self._leases.items()]
+            expiry[:] = [(held[1], token) for token, held in self._leases.items()]
             heapify(expiry)
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
+        if account is not None:
+            self._in_flight[account] = self._in_flight.get(account, 0) + 1
         if held_cost:
-            self._cost_in_flight[entry] = self._cost_in_flight.get(entry, 0) + held_cost
+            owner = entry if account is None else account
+            self._cost_in_flight[owner] = self._cost_in_flight.get(owner, 0) + held_cost
         _bounded_set(self._last_dispatch, entry, now)
         if shared is None:
             probe = entry in self._released or credential in self._released
@@ -246,7 +266,7 @@ class Admission:
             probe = shared[0]
         if probe:
             self._probing[entry] = token
-        return Attempt(token, entry, now, probe, None if shared is None else shared[1])
+        return Attempt(token, entry, now, probe, None if shared is None else shared[1], account)
 
     def finish(self, attempt: Attempt, *, served: bool) -> None:
         """The attempt's answer was recorded (or `send` raised): release its count and probe."""
@@ -259,21 +279,18 @@ class Admission:
             self._released.pop(entry[: len(entry) // 2], None)  # its credential's digest
 
     def _end(self, token: int) -> None:
-        entry, _, cost = self._leases.pop(token)
+        entry, _, cost, account = self._leases.pop(token)
         if cost:
-            spent = self._cost_in_flight.get(entry, 0) - cost
-            if spent > 0:
-                self._cost_in_flight[entry] = spent
-            else:
-                self._cost_in_flight.pop(entry, None)
-        count = self._in_flight.get(entry, 0) - 1
-        if count > 0:
-            self._in_flight[entry] = count
-        else:
-            self._in_flight.pop(entry, None)
+            _subtract(self._cost_in_flight, entry if account is None else account, cost)
+        _subtract(self._in_flight, entry, 1)
+        if account is not None:
+            _subtract(self._in_flight, account, 1)
         if self._probing.get(entry) == token:
             del self._probing[entry]
 
+
+Admitted = tuple[str, bytes, bytes, bytes | None]
+"""A key a dispatch may use: the key, its credential digest, its entry, its account's entry."""
 
 Order = Literal["configured", "spread"]
 ORDERS: tuple[Order, ...] = ("configured", "spread")
@@ -312,7 +329,7 @@ class Claim:
         self.cost = cost
         self.deferred = deferred
         self.taken: tuple[str, Attempt] | None = None
-        self.candidates: list[tuple[str, bytes, bytes]] = []
+        self.candidates: list[Admitted] = []
         self.excluded_free = False
         self.now = self.earliest = 0.0
         self.ceiling = 0
@@ -324,7 +341,7 @@ class Claim:
 
     def take(
         self,
-        admitted: Sequence[tuple[str, bytes, bytes]],
+        admitted: Sequence[Admitted],
         admission: Admission,
         now: float,
         earliest: float,
@@ -335,13 +352,22 @@ class Claim:
             self.excluded_free = len(self.candidates) < len(admitted)
             self.now, self.earliest, self.ceiling = now, earliest, ceiling
             return
-        for key, credential, entry in admitted:
+        for key, credential, entry, account in admitted:
             if key not in self.exclude:
-                self.taken = (
-                    key,
-                    admission.start(entry, credential, now, self.lease, cost=self.cost),
+                attempt = admission.start(
+                    entry, credential, now, self.lease, cost=self.cost, account=account
                 )
+                self.taken = (key, attempt)
                 return
+
+
+def _subtract(counts: dict[bytes, int], entry: bytes, amount: int) -> None:
+    """Take `amount` off a count; a count that reaches 0 leaves the map."""
+    left = counts.get(entry, 0) - amount
+    if left > 0:
+        counts[entry] = left
+    else:
+        counts.pop(entry, None)
 
 
 def _bounded_set(

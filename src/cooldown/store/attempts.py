@@ -16,7 +16,13 @@ from contextvars import ContextVar
 
 from ..arguments import check_cost, finite_number, require_str, resolve_now, retry_after
 from ..config import LARGEST_MAX_SECONDS
-from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..digests import (
+    PreparedHmac,
+    account_message,
+    credential_message,
+    credential_prefix,
+    scope_message,
+)
 from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .admission import Admission, Attempt, Claim, Order
 from .backend import SharedAttempt, Sharing
@@ -64,11 +70,13 @@ class Attempts:
         exclude: Collection[str] = (),
         lease_seconds: float = 300.0,
         cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
     ) -> tuple[str, Attempt] | None:
         """Choose a key for one dispatch and count it in flight, in one step, so no two
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
         (`ModelCooldownExhausted`) when none is free. `cost` (tokens) is held against the
-        key's token budget while the attempt is in flight. End it with `finish`."""
+        key's token budget while the attempt is in flight; `accounts` (key -> label) makes
+        the budgets of an account's keys one. End it with `finish`."""
         taken = self._admitted(
             provider,
             keys,
@@ -81,6 +89,7 @@ class Attempts:
             exclude,
             lease_seconds,
             check_cost(cost),
+            accounts,
         )
         if taken is not None and taken[1].probe:
             with self._lock:
@@ -103,6 +112,7 @@ class Attempts:
         exclude: Collection[str],
         lease_seconds: float,
         cost: int | None,
+        accounts: Mapping[str, str] | None,
     ) -> tuple[str, Attempt] | None:
         lease = finite_number(lease_seconds, "lease_seconds")
         if lease <= 0:
@@ -113,7 +123,7 @@ class Attempts:
         sharing = self._shared
         claim = Claim(frozenset(exclude), lease, deferred=sharing is not None, cost=cost)
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
-        self._choose("eligible", gather(None, *args), order, claim, cost)
+        self._choose("eligible", gather(None, *args, accounts), order, claim, cost)
         if sharing is None or not claim.candidates:
             return claim.taken
         scope = scope_message(model, quota_bucket)
@@ -123,7 +133,7 @@ class Attempts:
         )
         if not answered:  # Redis did not answer: this process's bookkeeping decides
             local = Claim(claim.exclude, lease, cost=cost)
-            self._choose("eligible", gather(sharing, *args), order, local, cost)
+            self._choose("eligible", gather(sharing, *args, accounts), order, local, cost)
             return local.taken
         return taken
 
@@ -134,19 +144,25 @@ class Attempts:
         now, ceiling = claim.now, claim.ceiling
         scope_id = sharing.digest(scope)
         ids = []
-        for key, _, _ in claim.candidates:
+        for key, _, _, _ in claim.candidates:
             credential = sharing.digest(credential_message(prefix, key))
             ids.append((credential.hex(), (credential + scope_id).hex()))
         answer = sharing.backend.start(ids, now, ceiling, now + claim.lease, spread=spread)
         if answer is None:
             return False, None
         if answer.position is not None:
-            key, credential, entry = claim.candidates[answer.position]
+            key, credential, entry, account = claim.candidates[answer.position]
             entry_id = ids[answer.position][1]
             shared = SharedAttempt(answer.lease, entry_id, ceiling, now, learned=answer.learned)
             with self._lock:
                 attempt = self._admission.start(
-                    entry, credential, now, claim.lease, (answer.probe, shared), claim.cost
+                    entry,
+                    credential,
+                    now,
+                    claim.lease,
+                    (answer.probe, shared),
+                    claim.cost,
+                    account,
                 )
             return True, (key, attempt)
         if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
@@ -192,13 +208,15 @@ class Attempts:
         reset_seconds: float,
         limit: int | None = None,
         now: float | None = None,
+        account: str | None = None,
     ) -> None:
         """A provider said `remaining` requests are left until its window resets (of `limit`,
-        when it said that too: then they refill continuously towards it until the reset)."""
+        when it said that too: then they refill continuously towards it until the reset).
+        With the label of the `account` the credential is in, the budget is the account's."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = _checked_budget(limit, 0)
-        located = self._budget_entry(provider, credential, model, quota_bucket, now)
+        located = self._budget_entry(provider, credential, model, quota_bucket, now, account)
         if located is None:
             return
         entry, current_time = located
@@ -220,15 +238,16 @@ class Attempts:
         reset_seconds: float,
         limit: int | None = None,
         now: float | None = None,
+        account: str | None = None,
     ) -> None:
         """A provider said `remaining` tokens are left until `reset_seconds` (of `limit`, when
         it said that too: then they refill continuously towards it until the reset): a
         request costing more than there are, less what is in flight, waits until enough is
-        back or goes to another key (SPEC §21). This process's bookkeeping only."""
+        back or goes to another key (SPEC §21). The `account`'s, when it is given."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = _checked_budget(limit, 0)
-        located = self._budget_entry(provider, credential, model, quota_bucket, now)
+        located = self._budget_entry(provider, credential, model, quota_bucket, now, account)
         if located is None:
             return
         entry, current_time = located
@@ -244,14 +263,19 @@ class Attempts:
         model: str | None,
         quota_bucket: str | None,
         now: float | None,
+        account: str | None,
     ) -> tuple[bytes, float] | None:
-        """The (credential, scope) entry a budget belongs to, and `now`; `None` unscoped."""
+        """The (credential, scope) entry a budget belongs to, or its account's (account,
+        scope) entry, and `now`; `None` unscoped."""
         scope = scope_message(model, quota_bucket)
+        prefix = credential_prefix(provider)
+        message = credential_message(prefix, require_str(credential, "credential"))
+        if account is not None:
+            if type(account) is not str or not account:
+                raise TypeError("account must be a non-empty str or None")
+            message = account_message(prefix, account)
         if scope is None:
             return None
-        message = credential_message(
-            credential_prefix(provider), require_str(credential, "credential")
-        )
         return self._digest(message) + self._digest(scope), resolve_now(now)
 
 

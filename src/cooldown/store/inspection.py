@@ -47,18 +47,19 @@ class Inspection:
         max_seconds: int = 3600,
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
+        accounts: Mapping[str, str] | None = None,
     ) -> list[tuple[str | None, float]]:
         """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
 
         The reason is the observation that holds the key longest: `"credential"`,
         `"scope"` or `"legacy"`; for a scope, a key free of those is held by `"probe"` while
-        its probe is out and by `"budget"` while its announced budget is spent; a free key
+        its probe is out and by `"budget"` while its announced budget (or its account's,
+        `accounts` mapping a key to its account's label) is spent; a free key
         during an overflow is held by `"capacity"`.
         Counts nothing and raises no cooldown error: this is for operators, not routes.
         """
-        lookup = gather(
-            self._shared, provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until
-        )
+        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
+        lookup = gather(self._shared, *args, accounts=accounts)
         ceiling, given_now, shared_overflow = lookup[0], lookup[5], lookup[7]
         with self._lock:
             current_time = time.monotonic() if given_now is None else given_now

@@ -16,9 +16,15 @@ from ..arguments import (
     resolve_now,
     retry_after,
 )
-from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..digests import (
+    PreparedHmac,
+    account_message,
+    credential_message,
+    credential_prefix,
+    scope_message,
+)
 from ..errors import CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
-from .admission import ORDERS, Admission, Claim, Load, Order
+from .admission import ORDERS, Admission, Admitted, Claim, Load, Order
 from .backend import Sharing, shared_releases
 from .schedule import DeadlineSchedule
 
@@ -34,6 +40,7 @@ __all__ = [
 ]
 
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
+_NO_ACCOUNTS: Mapping[str, str] = {}
 _NO_LOAD: Load = (0, 0.0, True, math.inf, 0.0)  # configured order: every key weighs the same
 
 Lookup: TypeAlias = tuple[
@@ -45,6 +52,7 @@ Lookup: TypeAlias = tuple[
     float | None,  # the caller's `now`, checked
     dict[str, tuple[float, float]],  # shared: key -> (credential-wide, scope) deadlines
     float,  # shared: the overflow deadline
+    Mapping[str, str],  # key -> the label of the account it shares budgets with
 ]
 """One selection-style call's checked arguments and the shared answer; a plain tuple, cheap
 on the hot path."""
@@ -63,6 +71,7 @@ def gather(
     now: float | None,
     legacy_rest_until: Mapping[str, float] | None,
     order: Order = "configured",
+    accounts: Mapping[str, str] | None = None,
 ) -> Lookup:
     """Check the arguments, then ask the shared backend (before any lock is taken)."""
     if order not in ORDERS:
@@ -82,6 +91,7 @@ def gather(
             raise TypeError("each key must be a str")
         if key in legacy:
             finite_number(legacy[key], "legacy_rest_until value")
+    grouped = _NO_ACCOUNTS if accounts is None else checked_labels(accounts)
     given_now = None if now is None else resolve_now(now)
     shared: dict[str, tuple[float, float]] = {}
     shared_overflow = 0.0
@@ -89,7 +99,35 @@ def gather(
         shared, shared_overflow = shared_releases(
             sharing, prefix, keys, scope, resolve_now(given_now), ceiling
         )
-    return ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow
+    return ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow, grouped
+
+
+def checked_labels(accounts: object) -> Mapping[str, str]:
+    """`accounts`: key -> its account's label (keys in no account are left out)."""
+    if not isinstance(accounts, Mapping):
+        raise TypeError("accounts must map a key to its account's label")
+    for label in accounts.values():
+        if type(label) is not str or not label:
+            raise TypeError("an account label must be a non-empty str")
+    return accounts
+
+
+def account_entries(digest: PreparedHmac, lookup: Lookup, scope_digest: bytes) -> dict[str, bytes]:
+    """Key -> its account's entry (account digest + scope digest), for keys in an account;
+    each account is digested once."""
+    prefix, keys, grouped = lookup[1], lookup[2], lookup[8]
+    if not grouped:
+        return {}
+    by_label: dict[str, bytes] = {}
+    entries = {}
+    for key in keys:
+        label = grouped.get(key)
+        if label is not None:
+            account = by_label.get(label)
+            if account is None:
+                account = by_label[label] = digest(account_message(prefix, label)) + scope_digest
+            entries[key] = account
+    return entries
 
 
 def scan(
@@ -134,8 +172,9 @@ def explain_keys(
 
     A free key whose probe is out (`"probe"`) or whose announced budget is spent
     (`"budget"`) is held too, as `dispatch` sees it."""
-    _, prefix, keys, scope, legacy, _, shared, _ = lookup
+    _, prefix, keys, scope, legacy, _, shared, _, _ = lookup
     scope_digest = None if scope is None else digest(scope)
+    accounts = {} if scope_digest is None else account_entries(digest, lookup, scope_digest)
     explained: list[tuple[Reason, float]] = []
     for key in keys:
         credential = digest(credential_message(prefix, key))  # `gather` checked the keys
@@ -150,7 +189,7 @@ def explain_keys(
         )
         reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
         if release <= now and scope_digest is not None:
-            release, _ = admission.weigh(credential + scope_digest, now)
+            release, _ = admission.weigh(credential + scope_digest, now, account=accounts.get(key))
             reason = "probe" if admission.probing(credential + scope_digest) else "budget"
         if release > now:
             explained.append((reason, release))  # retry advice caps it at the maximum
@@ -171,15 +210,17 @@ def admissible(
     spread: bool,
     stop_at_free_outside: Collection[str] | None = None,
     cost: int | None = None,
-) -> tuple[list[tuple[str, bytes, bytes]], float]:
-    """The keys a dispatch may use now, as (key, credential digest, entry), in the order
-    asked for; and the earliest moment another key is free (a release, a budget's reset, or
-    one second for a probe in flight). In configured order, `stop_at_free_outside` ends the
-    scan at the first free key not in it: a dispatch needs no more. `cost` is the request's
-    tokens, held against each key's token budget."""
-    _, prefix, keys, scope, legacy, _, _, _ = lookup
+) -> tuple[list[Admitted], float]:
+    """The keys a dispatch may use now, as (key, credential digest, entry, account entry),
+    in the order asked for; and the earliest moment another key is free (a release, a
+    budget's reset, or one second for a probe in flight). In configured order,
+    `stop_at_free_outside` ends the scan at the first free key not in it: a dispatch needs
+    no more. `cost` is the request's tokens, held against each key's (or its account's)
+    token budget."""
+    _, prefix, keys, scope, legacy, _, _, _, _ = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
+    accounts = account_entries(digest, lookup, scope_digest)
     admission.expire(now)
     # Whether a cost is oversize depends on every key's token limit: then every digest comes
     # first. Otherwise they are computed as the scan goes (configured order may stop at its
@@ -190,8 +231,9 @@ def admissible(
         for key in keys:
             credential = digest(credential_message(prefix, key))
             digested.append((credential, credential + scope_digest))
-        oversize = admission.oversize([entry for _, entry in digested], cost, now)
-    free: list[tuple[Load, int, str, bytes, bytes]] = []
+        owners = [accounts.get(key, entry) for key, (_, entry) in zip(keys, digested, strict=True)]
+        oversize = admission.oversize(owners, cost, now)
+    free: list[tuple[Load, int, str, bytes, bytes, bytes | None]] = []
     earliest = math.inf
     for position, key in enumerate(keys):
         if digested:
@@ -205,17 +247,18 @@ def admissible(
         if key in legacy:
             release = max(release, legacy[key])
         load = _NO_LOAD
+        account = accounts.get(key) if accounts else None
         if release <= now:
-            release, load = admission.weigh(entry, now, cost, oversize=oversize)
+            release, load = admission.weigh(entry, now, cost, oversize=oversize, account=account)
         if release <= now:
-            free.append((load if spread else _NO_LOAD, position, key, credential, entry))
+            free.append((load if spread else _NO_LOAD, position, key, credential, entry, account))
             if stop_at_free_outside is not None and key not in stop_at_free_outside:
                 break
         elif release < earliest:
             earliest = release
     if spread:
         free.sort()  # by load, then configured position (unique: nothing after it compares)
-    return [(key, credential, entry) for _, _, key, credential, entry in free], earliest
+    return [item[2:] for item in free], earliest
 
 
 def count_by_prefix(
@@ -256,10 +299,10 @@ class Selection:
         """The shared body of `available`, `eligible`, `select` (which stops at one key) and
         `admit` (which also counts the chosen key in flight, under the same lock), over the
         checked arguments `gather` returned."""
-        ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow = lookup
+        ceiling, prefix, keys, scope, legacy, given_now, shared, overflow, grouped = lookup
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
-            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow)
+            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, overflow, grouped)
         if claim is not None and scope is None:
             raise ValueError("admit needs a model or a quota bucket")
         spread = order == "spread" and scope is not None
@@ -290,11 +333,11 @@ class Selection:
         spread: bool,
         cost: int | None,
     ) -> list[str]:
-        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow = lookup
+        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow, _ = lookup
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
-            admitted: list[tuple[str, bytes, bytes]] = []
+            admitted: list[Admitted] = []
             if scope is not None:  # in any order: a probe out or a spent budget holds a key
                 stop_at_free_outside: Collection[str] | None = None
                 if claim is not None and not spread:
@@ -311,7 +354,7 @@ class Selection:
                     stop_at_free_outside=stop_at_free_outside,
                     cost=cost,
                 )
-                free = [key for key, _, _ in admitted]
+                free = [key for key, _, _, _ in admitted]
             else:
                 free, earliest = scan(
                     self._deadlines,
@@ -345,11 +388,13 @@ class Selection:
         legacy_rest_until: Mapping[str, float] | None = None,
         order: Order = "configured",
         cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
     ) -> list[str]:
         """The keys not cooling for this scope, in the given order (or spread, §15); with a
-        `cost` (tokens), those whose token budget holds it."""
+        `cost` (tokens), those whose token budget holds it. `accounts` maps a key to the
+        label of the provider account it shares request and token budgets with."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        lookup = gather(self._shared, *args)
+        lookup = gather(self._shared, *args, accounts)
         return self._choose("available", lookup, order, cost=check_cost(cost))
 
     def eligible(
@@ -364,10 +409,11 @@ class Selection:
         legacy_rest_until: Mapping[str, float] | None = None,
         order: Order = "configured",
         cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        lookup = gather(self._shared, *args)
+        lookup = gather(self._shared, *args, accounts)
         return self._choose("eligible", lookup, order, cost=check_cost(cost))
 
     def select(
@@ -382,9 +428,10 @@ class Selection:
         legacy_rest_until: Mapping[str, float] | None = None,
         order: Order = "configured",
         cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
     ) -> str | None:
         """The first key not cooling; `None` without keys; a 429 when every key cools."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        lookup = gather(self._shared, *args)
+        lookup = gather(self._shared, *args, accounts)
         free = self._choose("select", lookup, order, cost=check_cost(cost))
         return free[0] if free else None
