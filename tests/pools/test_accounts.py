@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cooldown import CredentialPool, ModelCooldown, init_app, model_cooldown
+from cooldown.shared.calls import ScriptCalls
 from cooldown.shared.observations import RedisObservations
 
 P = "accounted"
@@ -147,7 +148,7 @@ def test_register_refuses_what_is_not_an_account_map(accounts: Any, error: type[
     assert not CredentialPool.pooled(P)
 
 
-def test_a_sibling_cools_in_another_process_through_redis(
+def test_a_sibling_cools_in_another_process_through_redis_within_the_attempts_round_trips(
     pool: None, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = "accounts-secret-" + "a" * 32
@@ -163,7 +164,18 @@ def test_a_sibling_cools_in_another_process_through_redis(
         sent.append(key)
         return Answer(429, {"Retry-After": "30"}) if key == KEYS[0] else Answer(200)
 
+    scripts: list[str] = []
+    real_call = ScriptCalls._call
+
+    def counted(self: ScriptCalls, now: float, script: str, *args: Any) -> Any:
+        scripts.append(script)
+        return real_call(self, now, script, *args)
+
+    monkeypatch.setattr(ScriptCalls, "_call", counted)
     CredentialPool.dispatch(P, send, model="m", order="configured")
+    # two attempts (the throttled key, then the other account's): a start and an end each,
+    # the sibling's cooldown riding on the first end
+    assert [name for name in scripts if name != "lookup"] == ["start", "end", "start", "end"]
     other = ModelCooldown()  # another process: nothing local, the same secret and prefix
     other.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=secret.encode())
     assert other.available(P, KEYS, model="m") == [KEYS[2]]

@@ -8,9 +8,10 @@ must be passed as `now=`; real worker processes run real `dispatch`es whose `sen
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from cooldown import (
 from cooldown.digests import PreparedHmac, credential_message, credential_prefix, scope_message
 
 from ..conftest import two_processes_share_one_probe
+from .conftest import SHARED_SECRET as SECRET
 
 try:
     import redis
@@ -37,7 +39,6 @@ from cooldown.shared.observations import RedisObservations
 
 Worker = Callable[..., Any]  # conftest.Worker
 
-SECRET = "attempts-secret-" + "q" * 40
 P = "ce-gpt-plus"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
 K1, K2 = "sk-attempt-SECRET-one", "sk-attempt-SECRET-two"
@@ -46,24 +47,6 @@ MODEL = "gpt-SECRET-attempts"
 THROTTLED = classify_upstream_outcome(429)
 SERVED = classify_upstream_outcome(200)
 T = 7000.0
-
-
-@pytest.fixture
-def process(redis_url: str, prefix: str) -> Iterator[Callable[[], ModelCooldown]]:
-    """A new store attached to the test's Redis and prefix: one more gateway process."""
-    stores: list[ModelCooldown] = []
-
-    def start() -> ModelCooldown:
-        store = ModelCooldown()
-        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
-        stores.append(store)
-        return store
-
-    yield start
-    for store in stores:
-        backend = store.detach_shared()
-        assert isinstance(backend, RedisObservations)
-        backend.close()
 
 
 def admit(store: ModelCooldown, now: float, **options: Any) -> Any:
@@ -310,9 +293,10 @@ def test_redis_holds_only_hex_ids_leases_and_numbers(
             blob += [part for pair in client.hgetall(name).items() for part in pair]
         else:
             blob.append(client.get(name) or b"")
-    for part in blob:
-        text = part.decode().rpartition(":")[2]  # a lease is "<pid>.<nonce>.<n>:<entry>"
-        int(text, 16)
+    for part in blob:  # a lease is "<pid>.<nonce>.<n>:<entry>[:<owner>:<cost>]"; a refill
+        # "<limit>,<announced>,<largest>"; a token budget's owner is "t<owner>"
+        for piece in re.split(r"[:,]", part.decode().removeprefix("t")):
+            assert re.fullmatch(r"[0-9a-f.]*", piece), piece
     joined = b" ".join(blob)
     for secret in (K1, K2, MODEL, SECRET, "SECRET"):
         assert secret.encode() not in joined

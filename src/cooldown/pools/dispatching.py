@@ -211,21 +211,11 @@ class _ScopedDispatch:
         )
         advice = evidence.get("retry_after_seconds")
         if attempt.shared is None:
-            deadline = self._record(key, attempt, answer, recording, advice)
+            self._record(key, attempt, answer, recording, advice)
         else:
             with model_cooldown.ending(attempt):
-                deadline = self._record(key, attempt, answer, recording, advice)
+                self._record(key, attempt, answer, recording, advice)
                 attempt.shared.learned = window_learner.export(self.provider, key, self._scope())
-        self.pool._cool_siblings(  # after the ending: a sibling's write is not this attempt's
-            self.provider,
-            key,
-            recording,
-            self.model,
-            self.quota_bucket,
-            deadline,
-            self.current,
-            self.now,
-        )
 
     def _record(
         self,
@@ -234,7 +224,7 @@ class _ScopedDispatch:
         answer: Answer,
         recording: ScopedRecording,
         advice: float | None,
-    ) -> float | None:
+    ) -> None:
         received_at = time.time()
         tokens = token_budget(answer.headers, received_at) if answer.headers else None
         if tokens is not None:
@@ -250,7 +240,7 @@ class _ScopedDispatch:
                 account=self.accounts.get(key),
             )
             if self._token_shortfall(answer, tokens[0]):
-                return None  # the key's tokens are recorded; smaller requests still fit
+                return  # the key's tokens are recorded; smaller requests still fit
         deadline = self.pool._record_scoped(
             self.provider,
             key,
@@ -261,6 +251,16 @@ class _ScopedDispatch:
             self.current,
             self.now,
             attempt.started,
+        )
+        self.pool._cool_siblings(  # shared with the attempt's end, in its one round trip
+            self.provider,
+            key,
+            recording,
+            self.model,
+            self.quota_bucket,
+            deadline,
+            self.current,
+            self.now,
         )
         budget = request_budget(answer.headers, received_at) if answer.headers else None
         if budget is not None:
@@ -275,7 +275,6 @@ class _ScopedDispatch:
                 now=self.now,
                 account=self.accounts.get(key),
             )
-        return deadline
 
     def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
         """A 429 with requests left and fewer tokens than this request costs: a shortfall

@@ -29,7 +29,7 @@ from ..config import (
 from ..evidence.learn import LearnedWindow
 from ..forksafe import new_lock
 from ..store import ModelCooldown
-from ..store.backend import FLEET_COUNTERS, SharedAttempt, SharedStart
+from ..store.backend import FLEET_COUNTERS, Announced, SharedAttempt, SharedStart
 from . import scripts as shared_scripts
 from .calls import (
     SOCKET_TIMEOUT_SECONDS,
@@ -122,15 +122,17 @@ class RedisObservations(ScriptCalls):
 
     def start(
         self,
-        candidates: Sequence[tuple[str, str]],
+        candidates: Sequence[tuple[str, str, str]],
         now: float,
         max_seconds: int,
         lease_until: float,
         *,
         spread: bool,
+        cost: int | None = None,
     ) -> SharedStart | None:
-        """Admit one of `candidates` ((credential id, entry id), in order) for every process
-        at once: in-flight counts, the probe after a release and budgets are all in Redis."""
+        """Admit one of `candidates` ((credential id, entry id, owner id: the entry's or its
+        account's), in order) for every process at once: in-flight counts and costs, the probe
+        after a release and budgets are all in Redis."""
         lease = f"{os.getpid():x}.{self._nonce}.{next(self._leases)}"
 
         def read(answer: list[Any]) -> SharedStart:
@@ -153,6 +155,7 @@ class RedisObservations(ScriptCalls):
             self._to_wall_ms(lease_until),
             lease,
             "1" if spread else "0",
+            "" if cost is None else cost,
             *itertools.chain.from_iterable(candidates),
         ]
         if self._unreleased:
@@ -170,31 +173,38 @@ class RedisObservations(ScriptCalls):
                 self._unreleased.extendleft(reversed(missed))
 
     def end(self, attempt: SharedAttempt, *, served: bool) -> None:
-        """Write the attempt's answer and budget, then release it: one round trip."""
+        """Write the attempt's answer, its siblings' cooldowns and its budgets, then release
+        it: one round trip."""
         now = attempt.now
         write: list[Any] = ["", "", ""]
         if attempt.write is not None:
             kind, entry, moment = attempt.write
             write = [kind, entry, self._to_wall_ms(moment)]
-        budget: list[Any] = ["", ""]
-        if attempt.budget is not None:
-            remaining, reset = attempt.budget
-            budget = [remaining, self._to_wall_ms(reset)]
         learned = "" if attempt.learned is None else self._learned_text(attempt.learned)
+        siblings = [(id_, self._to_wall_ms(deadline)) for id_, deadline in attempt.siblings]
         args = [
             *self._window(now, attempt.max_seconds),
             self._max_entries,
-            f"{attempt.lease}:{attempt.entry}",
+            attempt.member,
             attempt.entry,
             attempt.entry[: len(attempt.entry) // 2],
             "1" if served else "0",
             *write,
-            *budget,
+            *self._announced(attempt.budget),
             learned,
+            attempt.owner or attempt.entry,
+            *self._announced(attempt.tokens),
+            *itertools.chain.from_iterable(siblings),
         ]
         if self._call(now, "end", self._keys, args) is None:  # released before the next start
             with self._lock:
-                self._unreleased.append(f"{attempt.lease}:{attempt.entry}")
+                self._unreleased.append(attempt.member)
+
+    def _announced(self, budget: Announced | None) -> list[Any]:
+        if budget is None:
+            return ["", "", ""]
+        remaining, reset, limit = budget
+        return [remaining, self._to_wall_ms(reset), "" if limit is None else limit]
 
     def _learned_text(self, window: LearnedWindow) -> str:
         lower, upper, episode_start, throttles, clean = window

@@ -37,18 +37,21 @@ KEY_NAMES = (
     "leases",  # zset: "<token>:<entry>" -> lease deadline
     "probes",  # hash: entry -> the lease of its probe
     "released",  # zset: id -> the deadline of its last cooldown (a probe is due after it)
-    "budgets",  # hash: entry -> requests remaining
-    "resets",  # zset: entry -> when its budget ends
+    "budgets",  # hash: owner -> requests remaining; "t" + owner -> tokens remaining
+    "resets",  # zset: each budget above -> when it ends
     "dispatched",  # zset: entry -> its last dispatch
     "throttled",  # zset: entry -> when its last cooldown was recorded
     "learned",  # hash: entry -> its learned window, as numbers (SPEC §12)
     "learned-used",  # zset: entry -> when its learned window was last written
+    "refills",  # hash: each budget above -> "limit,announced,largest" (SPEC §21)
+    "costs",  # hash: owner -> tokens in flight
 )
 """Each script's KEYS, in this order, as `{prefix}:<name>`."""
 
 _MARKS = 10000  # the most members each marking set keeps (they only order or mark keys)
 _LONGEST_LEASE_MS = (3600 + 10) * 1000  # MODEL_COOLDOWN_LEASE_SECONDS' maximum, plus skew
 _MOST_IN_FLIGHT = 10000  # attempts one entry can have in flight: the leases kept at most
+_MOST_COST_IN_FLIGHT = _MOST_IN_FLIGHT * 10**9  # tokens: that many attempts at the largest cost
 
 _COMMON = f"""
 local now, limit, truncate = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -62,13 +65,14 @@ local function trusted(key, member)
   end
   return score
 end
-local function mark(key, member, score, companion)
+local function mark(key, member, score, companion, other)
   redis.call('ZADD', key, score, member)
   local extra = redis.call('ZCARD', key) - {_MARKS}
   if extra <= 0 then return end
   if companion then
     for _, dropped in ipairs(redis.call('ZRANGE', key, 0, extra - 1)) do
       redis.call('HDEL', companion, dropped)
+      if other then redis.call('HDEL', other, dropped) end
     end
   end
   redis.call('ZREMRANGEBYRANK', key, 0, extra - 1)
@@ -89,19 +93,32 @@ end
 _PRUNE_DEADLINES = "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
 
 _PRUNE = f"""
-local function in_flight(entry)
+local function counted(key, id, most)
   -- A count that no sequence of attempts can reach (negative, fractional, inf, nan, or more
   -- than the leases kept) is distrusted: dropped, and read as none.
-  local count = tonumber(redis.call('HGET', KEYS[3], entry))
-  if count and count >= 0 and count <= {_MOST_IN_FLIGHT} and count % 1 == 0 then return count end
-  if count then redis.call('HDEL', KEYS[3], entry) end
+  local count = tonumber(redis.call('HGET', key, id))
+  if count and count >= 0 and count <= most and count % 1 == 0 then return count end
+  if count then redis.call('HDEL', key, id) end
   return 0
 end
+local function in_flight(entry) return counted(KEYS[3], entry, {_MOST_IN_FLIGHT}) end
+local function cost_in_flight(owner) return counted(KEYS[14], owner, {_MOST_COST_IN_FLIGHT}) end
+local function take(key, id, count, amount)
+  if count - amount > 0 then redis.call('HSET', key, id, count - amount)
+  else redis.call('HDEL', key, id) end
+end
 local function leave(member)
-  local entry = string.match(member, ':(.*)$') or ''
-  local count = in_flight(entry) - 1
-  if count > 0 then redis.call('HSET', KEYS[3], entry, count)
-  else redis.call('HDEL', KEYS[3], entry) end
+  -- "<lease>:<entry>", then ":<owner>:<cost>" when the budget is an account's or a cost is
+  -- held: what the attempt counted in flight, to take back.
+  local entry, owner, cost = string.match(member, '^[^:]*:([^:]*):?([^:]*):?([^:]*)$')
+  entry = entry or ''
+  take(KEYS[3], entry, in_flight(entry), 1)
+  if owner and owner ~= '' and owner ~= entry then take(KEYS[3], owner, in_flight(owner), 1) end
+  cost = tonumber(cost)
+  if cost and cost > 0 then
+    if not owner or owner == '' then owner = entry end
+    take(KEYS[14], owner, cost_in_flight(owner), cost)
+  end
   if redis.call('HGET', KEYS[5], entry) == member then redis.call('HDEL', KEYS[5], entry) end
   redis.call('ZREM', KEYS[4], member)
 end
@@ -111,9 +128,10 @@ for _, member in ipairs(late) do redis.call('ZADD', KEYS[4], longest, member) en
 for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1], 'LIMIT', 0, 64)) do
   leave(member)
 end
-for _, entry in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', ARGV[1], 'LIMIT', 0, 64)) do
-  redis.call('HDEL', KEYS[7], entry)
-  redis.call('ZREM', KEYS[8], entry)
+for _, budget in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', ARGV[1], 'LIMIT', 0, 64)) do
+  redis.call('HDEL', KEYS[7], budget)
+  redis.call('HDEL', KEYS[13], budget)
+  redis.call('ZREM', KEYS[8], budget)
 end
 """
 
@@ -168,26 +186,60 @@ return result
 """
 )
 
-# ARGV[4..6]: the lease deadline, this attempt's token, '1' for spread order; then pairs of
-# (credential id, entry id), the candidates in the caller's order. Admits the first free one
-# (or, spread, the least loaded: fewest in flight, budgeted, soonest reset, least recently
-# dispatched; ties keep the caller's order) and counts it in flight, atomically for every
-# process. Returns {chosen position, 1 if it is the probe, false, its learned window or false},
-# or, when none is admitted, {0, 0, overflow or false, then each candidate's hold: 0 if free,
-# else until when (ms)}.
+# A budget (SPEC §21): remaining at `announced`, until `reset`; with the limit, it refills
+# linearly towards it until the reset. Returns the level now, the reset, and `when(need)`:
+# when `need` units are there; nil when there is no live budget.
+_BUDGETS = """
+local function budget(member)
+  local remaining = tonumber(redis.call('HGET', KEYS[7], member))
+  local reset = trusted(KEYS[8], member)
+  if not (remaining and reset and reset > now and remaining >= 0) then return nil end
+  local refill = redis.call('HGET', KEYS[13], member) or ''
+  local limit, announced, largest = string.match(refill, '^([^,]*),([^,]*),([^,]*)$')
+  limit, announced, largest = tonumber(limit), tonumber(announced), tonumber(largest)
+  local level, when = remaining, function(need) return reset end
+  if limit and announced and limit > remaining and reset > announced then
+    local span = reset - announced
+    level = remaining + (limit - remaining) * math.min(1, math.max(0, now - announced) / span)
+    when = function(need)
+      return math.min(reset, announced + (need - remaining) * span / (limit - remaining))
+    end
+  end
+  return level, reset, when, largest or remaining
+end
+"""
+
+# ARGV[4..7]: the lease deadline, this attempt's token, '1' for spread order, its cost in
+# tokens ('' unknown); then triples (credential id, entry id, owner id: the entry's or its
+# account's budget), the candidates in the caller's order. Admits the first free one (or,
+# spread, the least loaded: fewest in flight, most token headroom, budgeted, soonest reset,
+# least recently dispatched; ties keep the caller's order; a cost larger than every
+# candidate's token limit is held by no token budget and goes to the largest limit) and
+# counts it in flight, with its account's count and its cost, atomically for every
+# process. Returns {chosen position, 1 if it is the probe, false, its learned window or
+# false}, or, when none is admitted, {0, 0, overflow or false, then each candidate's hold:
+# 0 if free, else until when (ms)}.
 START = (
     _COMMON
     + _PRUNE_DEADLINES
     + _PRUNE
+    + _BUDGETS
     + """
 local function lighter(a, b)
-  for i = 1, 4 do if a[i] ~= b[i] then return a[i] < b[i] end end
+  for i = 1, 5 do if a[i] ~= b[i] then return a[i] < b[i] end end
   return false
 end
-local spread = ARGV[6] == '1'
+local spread, cost = ARGV[6] == '1', tonumber(ARGV[7])
+local oversize = cost ~= nil
+for i = 8, #ARGV, 3 do
+  if oversize then
+    local tokens, _, _, largest = budget('t' .. ARGV[i + 2])
+    if not tokens or cost <= largest then oversize = false end
+  end
+end
 local holds, best, best_load, best_count = {}, nil, nil, 0
-for i = 7, #ARGV, 2 do
-  local position, entry = (i - 5) / 2, ARGV[i + 1]
+for i = 8, #ARGV, 3 do
+  local position, entry, owner = (i - 5) / 3, ARGV[i + 1], ARGV[i + 2]
   local hold = math.max(trusted(KEYS[1], ARGV[i]) or 0, trusted(KEYS[1], entry) or 0)
   if hold <= now then
     hold = 0
@@ -195,17 +247,26 @@ for i = 7, #ARGV, 2 do
     if probe and redis.call('ZSCORE', KEYS[4], probe) then hold = now + 1000
     elseif probe then redis.call('HDEL', KEYS[5], entry) end
   end
-  local count, reset = 0, nil
+  local count, reset, weight = 0, nil, 0
   if hold == 0 then
     count = in_flight(entry)
-    reset = trusted(KEYS[8], entry)
-    local remaining = tonumber(redis.call('HGET', KEYS[7], entry))
-    if not (reset and remaining and reset > now) then reset = nil
-    elseif remaining - count <= 0 then hold = reset end
+    local spending = owner == entry and count or in_flight(owner)
+    local level, ends, when = budget(owner)
+    if level then
+      reset = ends
+      if level - spending < 1 then hold = when(1 + spending) end
+    end
+    local tokens, _, tokens_when, largest = budget('t' .. owner)
+    if tokens and oversize then weight = -largest
+    elseif tokens then
+      local held = cost_in_flight(owner)
+      weight = held - tokens
+      if tokens - held < (cost or 1) then hold = math.max(hold, tokens_when((cost or 1) + held)) end
+    end
   end
   holds[position] = hold
   if hold == 0 then
-    local load = {count, reset and 0 or 1, reset or math.huge,
+    local load = {count, weight, reset and 0 or 1, reset or math.huge,
                   tonumber(redis.call('ZSCORE', KEYS[9], entry)) or -math.huge}
     if not best or lighter(load, best_load) then
       best, best_load, best_count = position, load, count
@@ -219,8 +280,13 @@ if not best or overflow then
   for position, hold in ipairs(holds) do result[position + 3] = hold end
   return result
 end
-local credential, entry = ARGV[5 + 2 * best], ARGV[6 + 2 * best]
+local credential, entry, owner = ARGV[5 + 3 * best], ARGV[6 + 3 * best], ARGV[7 + 3 * best]
 local member = ARGV[5] .. ':' .. entry
+if owner ~= entry or cost then
+  member = member .. ':' .. owner .. ':' .. (cost or 0)
+  if owner ~= entry then redis.call('HSET', KEYS[3], owner, in_flight(owner) + 1) end
+  if cost and cost > 0 then redis.call('HSET', KEYS[14], owner, cost_in_flight(owner) + cost) end
+end
 redis.call('ZADD', KEYS[4], ARGV[4], member)
 redis.call('HSET', KEYS[3], entry, best_count + 1)
 mark(KEYS[9], entry, now)
@@ -236,8 +302,10 @@ return {best, probe, false, redis.call('HGET', KEYS[11], entry)}
 
 # ARGV[4..]: cap, the attempt's lease member, entry, credential id, '1' if it was served;
 # then what its answer wrote: 'record' (id, deadline), 'clear' (id, when the attempt
-# started) or '' (nothing); then the budget its headers announced: remaining, reset, or '';
-# then the learned window after the answer, or ''.
+# started) or '' (nothing); then the request budget its headers announced: remaining,
+# reset, limit (each '' for none); then the learned window after the answer, or ''; then the
+# budgets' owner id (the entry's or its account's); then the token budget: remaining, reset,
+# limit; then pairs (id, deadline): the same cooldown for the key's siblings in its account.
 # Writes the answer first, so no other process can take the key between the two.
 END = (
     _COMMON
@@ -245,15 +313,23 @@ END = (
     + _PRUNE
     + _RECORD_FUNCTION
     + """
-local cap, member, entry, credential = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local cap, member, entry, credential, owner = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[16]
 if ARGV[9] == 'record' then record(ARGV[10], ARGV[11], cap)
 elseif ARGV[9] == 'clear' then clear(ARGV[10], ARGV[11]) end
-if ARGV[12] ~= '' then
-  redis.call('HSET', KEYS[7], entry, ARGV[12])
-  mark(KEYS[8], entry, ARGV[13], KEYS[7])
+for i = 20, #ARGV, 2 do record(ARGV[i], ARGV[i + 1], cap) end
+local function keep(budget, remaining, reset, limit)
+  if remaining == '' then return end
+  local largest = math.max(tonumber(limit) or 0, tonumber(remaining))
+  local known = string.match(redis.call('HGET', KEYS[13], budget) or '', ',([^,]*)$')
+  if string.sub(budget, 1, 1) == 't' then largest = math.max(largest, tonumber(known) or 0) end
+  redis.call('HSET', KEYS[7], budget, remaining)
+  redis.call('HSET', KEYS[13], budget, limit .. ',' .. ARGV[1] .. ',' .. largest)
+  mark(KEYS[8], budget, reset, KEYS[7], KEYS[13])
 end
-if ARGV[14] ~= '' then
-  redis.call('HSET', KEYS[11], entry, ARGV[14])
+keep(owner, ARGV[12], ARGV[13], ARGV[14])
+keep('t' .. owner, ARGV[17], ARGV[18], ARGV[19])
+if ARGV[15] ~= '' then
+  redis.call('HSET', KEYS[11], entry, ARGV[15])
   mark(KEYS[12], entry, now, KEYS[11])
 end
 if redis.call('ZSCORE', KEYS[4], member) then

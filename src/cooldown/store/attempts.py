@@ -129,7 +129,12 @@ class Attempts:
         scope = scope_message(model, quota_bucket)
         assert scope is not None  # _choose refuses a claim without one
         answered, taken = self._admit_shared(
-            sharing, claim, credential_prefix(provider), scope, spread=order == "spread"
+            sharing,
+            claim,
+            credential_prefix(provider),
+            scope,
+            accounts or {},
+            spread=order == "spread",
         )
         if not answered:  # Redis did not answer: this process's bookkeeping decides
             local = Claim(claim.exclude, lease, cost=cost)
@@ -138,22 +143,50 @@ class Attempts:
         return taken
 
     def _admit_shared(
-        self, sharing: Sharing, claim: Claim, prefix: bytes, scope: bytes, *, spread: bool
+        self,
+        sharing: Sharing,
+        claim: Claim,
+        prefix: bytes,
+        scope: bytes,
+        labels: Mapping[str, str],
+        *,
+        spread: bool,
     ) -> tuple[bool, tuple[str, Attempt] | None]:
         """One round trip: whether the backend answered, and what it admitted."""
         now, ceiling = claim.now, claim.ceiling
         scope_id = sharing.digest(scope)
         ids = []
+        accounts: dict[str, str] = {}  # label -> owner id, each account digested once
         for key, _, _, _ in claim.candidates:
             credential = sharing.digest(credential_message(prefix, key))
-            ids.append((credential.hex(), (credential + scope_id).hex()))
-        answer = sharing.backend.start(ids, now, ceiling, now + claim.lease, spread=spread)
+            entry_id = (credential + scope_id).hex()
+            label = labels.get(key)
+            if label is None:
+                ids.append((credential.hex(), entry_id, entry_id))
+                continue
+            owner = accounts.get(label)
+            if owner is None:
+                owner = accounts[label] = (
+                    sharing.digest(account_message(prefix, label)) + scope_id
+                ).hex()
+            ids.append((credential.hex(), entry_id, owner))
+        answer = sharing.backend.start(
+            ids, now, ceiling, now + claim.lease, spread=spread, cost=claim.cost
+        )
         if answer is None:
             return False, None
         if answer.position is not None:
             key, credential, entry, account = claim.candidates[answer.position]
-            entry_id = ids[answer.position][1]
-            shared = SharedAttempt(answer.lease, entry_id, ceiling, now, learned=answer.learned)
+            _, entry_id, owner = ids[answer.position]
+            shared = SharedAttempt(
+                answer.lease,
+                entry_id,
+                ceiling,
+                now,
+                learned=answer.learned,
+                owner=owner,
+                cost=claim.cost,
+            )
             with self._lock:
                 attempt = self._admission.start(
                     entry,
@@ -224,7 +257,7 @@ class Attempts:
             self._admission.budget(entry, remaining, current_time + reset, limit, current_time)
         ending = _ending.get()
         if ending is not None:  # shared with the attempt's end
-            ending.budget = (remaining, current_time + reset)
+            ending.budget = (remaining, current_time + reset, limit)
             ending.now = max(ending.now, current_time)
 
     def record_token_budget(
@@ -243,7 +276,8 @@ class Attempts:
         """A provider said `remaining` tokens are left until `reset_seconds` (of `limit`, when
         it said that too: then they refill continuously towards it until the reset): a
         request costing more than there are, less what is in flight, waits until enough is
-        back or goes to another key (SPEC §21). The `account`'s, when it is given."""
+        back or goes to another key (SPEC §21). The `account`'s, when it is given. Shared
+        like the request budget, with the attempt's end."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = _checked_budget(limit, 0)
@@ -255,6 +289,10 @@ class Attempts:
             self._admission.token_budget(
                 entry, remaining, current_time + reset, limit, current_time
             )
+        ending = _ending.get()
+        if ending is not None:  # shared with the attempt's end
+            ending.tokens = (remaining, current_time + reset, limit)
+            ending.now = max(ending.now, current_time)
 
     def _budget_entry(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from ..arguments import require_str
@@ -12,6 +12,7 @@ from ..evidence.learn import LearnedWindow
 
 __all__ = [
     "FLEET_COUNTERS",
+    "Announced",
     "SharedAttempt",
     "SharedObservations",
     "SharedStart",
@@ -34,18 +35,35 @@ class SharedStart(NamedTuple):
     learned: LearnedWindow | None = None  # the fleet's estimate for the admitted key's scope
 
 
+Announced = tuple[int, float, int | None]
+"""A budget as an answer announced it: remaining, reset (monotonic), the limit if given."""
+
+
 @dataclass
 class SharedAttempt:
     """An attempt admitted through the shared state, and what its end will write there: its
-    answer's cooldown or clearing and its budget ride on the same round trip as its release."""
+    answer's cooldown or clearing, its siblings' cooldowns and its budgets ride on the same
+    round trip as its release."""
 
     lease: str
     entry: str  # shared hex id: credential + scope
     max_seconds: int
     now: float  # the latest time this attempt's bookkeeping saw
     write: tuple[Literal["record", "clear"], str, float] | None = None  # id, deadline or sent_at
-    budget: tuple[int, float] | None = None  # remaining, reset
+    budget: Announced | None = None  # requests
     learned: LearnedWindow | None = None  # the estimate after its answer, for the fleet
+    owner: str = ""  # the budgets' shared id: the entry's, or its account's (SPEC §21)
+    cost: int | None = None  # tokens held in flight
+    tokens: Announced | None = None
+    siblings: list[tuple[str, float]] = field(default_factory=list)  # (id, deadline)
+
+    @property
+    def member(self) -> str:
+        """The attempt's lease in the shared state, naming what it holds in flight."""
+        member = f"{self.lease}:{self.entry}"
+        if self.owner != self.entry or self.cost is not None:
+            member += f":{self.owner}:{self.cost or 0}"
+        return member
 
 
 class SharedObservations(Protocol):
@@ -67,12 +85,13 @@ class SharedObservations(Protocol):
 
     def start(
         self,
-        candidates: Sequence[tuple[str, str]],
+        candidates: Sequence[tuple[str, str, str]],
         now: float,
         max_seconds: int,
         lease_until: float,
         *,
         spread: bool,
+        cost: int | None = None,
     ) -> SharedStart | None: ...
 
     def end(self, attempt: SharedAttempt, *, served: bool) -> None: ...

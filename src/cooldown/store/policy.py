@@ -184,11 +184,12 @@ class ModelCooldown(Selection, Inspection, Attempts):
             ending = ending_attempt()
             if ending is not None:  # written with the attempt's release, in one round trip
                 ending.now = max(ending.now, current_time)
-                ending.write = (
-                    ("clear", shared_entry, sent)
-                    if deadline is None
-                    else ("record", shared_entry, current_time + cooling)
-                )
+                if deadline is None:
+                    ending.write = ("clear", shared_entry, sent)
+                elif ending.write is None:
+                    ending.write = ("record", shared_entry, current_time + cooling)
+                else:  # the attempt's answer is written: this is a sibling's cooldown
+                    ending.siblings.append((shared_entry, current_time + cooling))
             elif deadline is None:
                 sharing.backend.clear(shared_entry, current_time, sent)
             else:

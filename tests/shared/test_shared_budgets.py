@@ -1,0 +1,101 @@
+"""SPEC §21 shared through Redis: token budgets, costs in flight, continuous refill and an
+account's budgets hold for every process, still one round trip per attempt start and end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cooldown import ModelCooldown, ModelCooldownExhausted, classify_upstream_outcome
+
+P, MODEL, T = "p-shared-budgets", "m-shared-budgets", 7000.0
+KEYS = ["sk-account-SECRET-one", "sk-account-SECRET-two", "sk-alone-SECRET-three"]
+ACCOUNTS = {KEYS[0]: "team-a", KEYS[1]: "team-a"}
+
+Process = Callable[[], ModelCooldown]
+
+
+def admit(store: ModelCooldown, now: float, keys: list[str] = KEYS, **options: Any) -> Any:
+    return store.admit(
+        P, keys, model=MODEL, now=now, order="configured", accounts=ACCOUNTS, **options
+    )
+
+
+def end(
+    store: ModelCooldown,
+    admitted: Any,
+    now: float,
+    *,
+    tokens: dict[str, Any] | None = None,
+    requests: dict[str, Any] | None = None,
+) -> None:
+    """Record a served answer and the budgets its headers announced, as `dispatch` does."""
+    key, attempt = admitted
+    account = ACCOUNTS.get(key)
+    with store.ending(attempt):
+        store.record(
+            P, key, classify_upstream_outcome(200), model=MODEL, now=now, sent_at=attempt.started
+        )
+        if tokens is not None:
+            store.record_token_budget(P, key, model=MODEL, now=now, account=account, **tokens)
+        if requests is not None:
+            store.record_budget(P, key, model=MODEL, now=now, account=account, **requests)
+    store.finish(attempt, served=True)
+
+
+def announce_tokens(store: ModelCooldown, **tokens: Any) -> None:
+    """One served attempt on the first key whose answer announces the account's tokens."""
+    admitted = admit(store, T, cost=10)
+    assert admitted[0] == KEYS[0]
+    end(store, admitted, T, tokens=tokens)
+
+
+def test_tokens_one_process_learned_hold_a_large_request_in_another(process: Process) -> None:
+    first, second = process(), process()
+    announce_tokens(first, remaining=1000, reset_seconds=30)
+    assert admit(second, T + 1, cost=5000)[0] == KEYS[2]  # neither key of the account
+    assert admit(second, T + 1, cost=500)[0] == KEYS[0]  # a request that fits
+
+
+def test_a_cost_in_flight_in_one_process_is_held_against_the_account_in_another(
+    process: Process,
+) -> None:
+    first, second = process(), process()
+    announce_tokens(first, remaining=1000, reset_seconds=30)
+    held = admit(second, T + 1, cost=600)
+    assert held[0] == KEYS[0]
+    assert admit(first, T + 1, cost=600)[0] == KEYS[2]  # 400 left on the account
+    second.finish(held[1], served=True)
+    assert admit(first, T + 1, cost=600)[0] == KEYS[0]
+
+
+def test_tokens_refill_for_every_process_when_the_limit_is_announced(process: Process) -> None:
+    first, second = process(), process()
+    announce_tokens(first, remaining=0, reset_seconds=60, limit=60_000)  # 1000 back a second
+    with pytest.raises(ModelCooldownExhausted) as held:
+        admit(second, T + 0.5, KEYS[:2], cost=1000)
+    assert held.value.retry_after == 1
+    assert admit(second, T + 1.1, KEYS[:2], cost=1000)[0] == KEYS[0]
+
+
+def test_a_request_budget_refills_and_counts_the_accounts_attempts_in_every_process(
+    process: Process,
+) -> None:
+    first, second = process(), process()
+    served = admit(first, T)
+    end(first, served, T, requests={"remaining": 1, "reset_seconds": 60, "limit": 60})
+    taken = admit(second, T, KEYS[:2])  # the account's last request
+    assert taken[0] == KEYS[0]
+    with pytest.raises(ModelCooldownExhausted):  # the sibling too: in flight is summed
+        admit(first, T + 0.5, KEYS[1:2])
+    assert admit(first, T + 1.1, KEYS[1:2])[0] == KEYS[1]  # one more refilled
+
+
+def test_a_request_larger_than_every_token_limit_is_left_to_the_provider(
+    process: Process,
+) -> None:
+    first, second = process(), process()
+    announce_tokens(first, remaining=500, reset_seconds=30, limit=1000)
+    assert admit(second, T + 1, KEYS[:2], cost=5000)[0] == KEYS[0]
