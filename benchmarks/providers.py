@@ -15,8 +15,9 @@ One process: 32 client threads call `dispatch` in-process, `send` sleeps for the
 latency. `--gunicorn`: the gateway is 4 gunicorn gthread workers (8 threads each) sharing
 state through Redis (`MODEL_COOLDOWN_TEST_REDIS_URL`, default 127.0.0.1:6379, a prefix of
 each run's own, deleted afterwards), the provider a loopback HTTP server, 32 client threads.
-Prints per run: served, provider 429s per account-model-minute (all, and after each
-account-model's first 429: the first one cannot be foreseen, the buckets start empty), 429s
+Prints per run: served, provider 429s per account-model-minute (all, and those to requests
+sent after their account-model's first 429: the buckets start empty, and what is sent before
+the first answer comes back cannot be foreseen), 429s
 that met a sibling of a key throttled before the request was sent and within its advice,
 429s that met a token budget too small for the request, and the added latency (p50/p99 of
 served requests, over the upstream's own latency).
@@ -88,7 +89,8 @@ class Provider:
     revoke_at: float
     buckets: dict[tuple[str, str, str], Bucket] = field(default_factory=dict)
     throttles: int = 0
-    first_throttles: set[tuple[str, str]] = field(default_factory=set)
+    first_throttled: dict[tuple[str, str], float] = field(default_factory=dict)
+    late_throttles: int = 0  # 429s to requests that arrived after their pair's first 429
     sibling_hits: int = 0
     token_shortfalls: int = 0
     rejected: int = 0
@@ -133,7 +135,9 @@ class Provider:
                 budget.level -= tokens
                 return 200, self._headers(requests_bucket, budget, None)
             self.throttles += 1
-            self.first_throttles.add((account, model))
+            first = self.first_throttled.setdefault((account, model), now)
+            if arrived > first:
+                self.late_throttles += 1
             if requests_bucket.level >= 1:
                 self.token_shortfalls += 1
             earlier = self.advised.get((account, model))
@@ -374,7 +378,7 @@ def offer(
         "offered": total,
         "served": served,
         "429s per account-model-minute": provider.throttles / pair_minutes,
-        "after the first": (provider.throttles - len(provider.first_throttles)) / pair_minutes,
+        "after the first": provider.late_throttles / pair_minutes,
         "sibling 429s": provider.sibling_hits,
         "token 429s": provider.token_shortfalls,
         "client 429s": client_429s,

@@ -3,12 +3,16 @@ account's budgets hold for every process, still one round trip per attempt start
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from cooldown import ModelCooldown, ModelCooldownExhausted, classify_upstream_outcome
+
+from ..conftest import Worker
+from .conftest import SHARED_SECRET
 
 P, MODEL, T = "p-shared-budgets", "m-shared-budgets", 7000.0
 KEYS = ["sk-account-SECRET-one", "sk-account-SECRET-two", "sk-alone-SECRET-three"]
@@ -99,3 +103,59 @@ def test_a_request_larger_than_every_token_limit_is_left_to_the_provider(
     first, second = process(), process()
     announce_tokens(first, remaining=500, reset_seconds=30, limit=1000)
     assert admit(second, T + 1, KEYS[:2], cost=5000)[0] == KEYS[0]
+
+
+# -- real processes -----------------------------------------------------------------------------
+
+POOL, BASE = "ce-gpt-plus", "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
+
+
+@pytest.fixture
+def workers(
+    redis_url: str, prefix: str, worker_processes: Callable[..., list[Worker]]
+) -> list[Worker]:
+    """Two gateway processes; keys 1 and 2 share an account, key 3 is on its own."""
+    return worker_processes(
+        2,
+        {
+            "MODEL_COOLDOWN_ENABLED": "true",
+            "MODEL_COOLDOWN_REDIS_URL": redis_url,
+            "MODEL_COOLDOWN_REDIS_SECRET": SHARED_SECRET,
+            "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
+            "MODEL_COOLDOWN_ACCOUNTS": json.dumps({POOL: {"team-a": [1, 2]}}),
+            BASE: KEYS[0],
+            f"{BASE}_1": KEYS[1],
+            f"{BASE}_2": KEYS[2],
+        },
+    )
+
+
+def test_two_processes_hold_one_accounts_tokens_and_cost_in_flight(workers: list[Worker]) -> None:
+    first, second = workers
+    scope = {"model": MODEL, "order": "configured", "cost": 600}
+
+    def hold(worker: Worker, name: str) -> Any:
+        return worker("hold_dispatch", name=name, provider=POOL, scope=scope, now=T)["value"]
+
+    tokens = {"x-ratelimit-remaining-tokens": "1000", "x-ratelimit-reset-tokens": "30s"}
+    assert hold(first, "a") == {"key": KEYS[0]}
+    assert first("answer_dispatch", name="a", status=200, headers=tokens)["value"]["status"] == 200
+    assert hold(second, "b") == {"key": KEYS[0]}  # 1000 tokens, none in flight
+    assert hold(first, "c") == {"key": KEYS[2]}  # 600 of the account's 1000 are in flight
+    for worker, name in ((second, "b"), (first, "c")):
+        assert worker("answer_dispatch", name=name, status=200)["value"]["status"] == 200
+
+
+def test_a_throttle_in_one_process_cools_the_siblings_in_the_other(workers: list[Worker]) -> None:
+    first, second = workers
+    scope = {"model": MODEL, "order": "configured"}
+    assert first("hold_dispatch", name="a", provider=POOL, scope=scope, now=T)["value"] == {
+        "key": KEYS[0]
+    }
+    throttled = first("answer_dispatch", name="a", status=429, headers={"Retry-After": "30"})[
+        "value"
+    ]
+    assert throttled["keys"] == [KEYS[0], KEYS[2]]  # the sibling was skipped (key 3 429s too)
+    model = {"model": MODEL}
+    second("record", provider=POOL, key=KEYS[2], status=200, scope=model, now=T + 1)
+    assert second("select", provider=POOL, scope=scope, now=T + 1)["value"] == KEYS[2]
