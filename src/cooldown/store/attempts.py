@@ -24,6 +24,7 @@ from ..digests import (
     scope_message,
 )
 from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
+from .accounts import account_entries
 from .admission import Admission, Attempt, Claim, Order
 from .backend import SharedAttempt, Sharing
 from .selection import gather
@@ -155,21 +156,13 @@ class Attempts:
         """One round trip: whether the backend answered, and what it admitted."""
         now, ceiling = claim.now, claim.ceiling
         scope_id = sharing.digest(scope)
+        keys = [key for key, _, _, _ in claim.candidates]
+        owners = account_entries(sharing.digest, prefix, keys, labels, scope_id)
         ids = []
-        accounts: dict[str, str] = {}  # label -> owner id, each account digested once
-        for key, _, _, _ in claim.candidates:
+        for key in keys:
             credential = sharing.digest(credential_message(prefix, key))
-            entry_id = (credential + scope_id).hex()
-            label = labels.get(key)
-            if label is None:
-                ids.append((credential.hex(), entry_id, entry_id))
-                continue
-            owner = accounts.get(label)
-            if owner is None:
-                owner = accounts[label] = (
-                    sharing.digest(account_message(prefix, label)) + scope_id
-                ).hex()
-            ids.append((credential.hex(), entry_id, owner))
+            entry = credential + scope_id
+            ids.append((credential.hex(), entry.hex(), owners.get(key, entry).hex()))
         answer = sharing.backend.start(
             ids, now, ceiling, now + claim.lease, spread=spread, cost=claim.cost
         )

@@ -16,14 +16,9 @@ from ..arguments import (
     resolve_now,
     retry_after,
 )
-from ..digests import (
-    PreparedHmac,
-    account_message,
-    credential_message,
-    credential_prefix,
-    scope_message,
-)
+from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
+from .accounts import account_entries, checked_labels
 from .admission import ORDERS, Admission, Admitted, Claim, Load, Order
 from .backend import Sharing, shared_releases
 from .schedule import DeadlineSchedule
@@ -102,34 +97,6 @@ def gather(
     return ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow, grouped
 
 
-def checked_labels(accounts: object) -> Mapping[str, str]:
-    """`accounts`: key -> its account's label (keys in no account are left out)."""
-    if not isinstance(accounts, Mapping):
-        raise TypeError("accounts must map a key to its account's label")
-    for label in accounts.values():
-        if type(label) is not str or not label:
-            raise TypeError("an account label must be a non-empty str")
-    return accounts
-
-
-def account_entries(digest: PreparedHmac, lookup: Lookup, scope_digest: bytes) -> dict[str, bytes]:
-    """Key -> its account's entry (account digest + scope digest), for keys in an account;
-    each account is digested once."""
-    prefix, keys, grouped = lookup[1], lookup[2], lookup[8]
-    if not grouped:
-        return {}
-    by_label: dict[str, bytes] = {}
-    entries = {}
-    for key in keys:
-        label = grouped.get(key)
-        if label is not None:
-            account = by_label.get(label)
-            if account is None:
-                account = by_label[label] = digest(account_message(prefix, label)) + scope_digest
-            entries[key] = account
-    return entries
-
-
 def scan(
     deadlines: Mapping[bytes, float],
     digest: PreparedHmac,
@@ -172,9 +139,11 @@ def explain_keys(
 
     A free key whose probe is out (`"probe"`) or whose announced budget is spent
     (`"budget"`) is held too, as `dispatch` sees it."""
-    _, prefix, keys, scope, legacy, _, shared, _, _ = lookup
+    _, prefix, keys, scope, legacy, _, shared, _, labels = lookup
     scope_digest = None if scope is None else digest(scope)
-    accounts = {} if scope_digest is None else account_entries(digest, lookup, scope_digest)
+    accounts = {}
+    if scope_digest is not None:
+        accounts = account_entries(digest, prefix, keys, labels, scope_digest)
     explained: list[tuple[Reason, float]] = []
     for key in keys:
         credential = digest(credential_message(prefix, key))  # `gather` checked the keys
@@ -217,10 +186,10 @@ def admissible(
     `stop_at_free_outside` ends the scan at the first free key not in it: a dispatch needs
     no more. `cost` is the request's tokens, held against each key's (or its account's)
     token budget."""
-    _, prefix, keys, scope, legacy, _, _, _, _ = lookup
+    _, prefix, keys, scope, legacy, _, _, _, labels = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
-    accounts = account_entries(digest, lookup, scope_digest)
+    accounts = account_entries(digest, prefix, keys, labels, scope_digest)
     admission.expire(now)
     # Whether a cost is oversize depends on every key's token limit: then every digest comes
     # first. Otherwise they are computed as the scan goes (configured order may stop at its
