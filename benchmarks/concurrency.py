@@ -22,30 +22,21 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import logging
 import math
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import requests
 from flask import Flask, Response, request
-from werkzeug.serving import make_server
+from fleet import THREADS, WORKERS, gunicorn_gateway, serve_upstream  # benchmarks/fleet.py
 
 from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
 from cooldown.evidence.learn import window_learner
 
-REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
-WORKERS, THREADS = 4, 8
 KEYS = [f"sk-bench-conc-{index}" for index in range(4)]
 MODELS = ["model-a", "model-b", "model-c"]
 CLIENTS = 32
@@ -115,15 +106,8 @@ def serve(upstream: Upstream) -> tuple[str, Callable[[], None]]:
         status, headers = upstream.answer(key, model)
         return Response("{}", status=status, headers=headers, mimetype="application/json")
 
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    server.socket.listen(128)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-
-    def stop() -> None:
-        server.shutdown()
-        server.server_close()
-
-    return f"http://127.0.0.1:{server.server_port}/v1/chat/completions", stop
+    base, stop = serve_upstream(app)
+    return f"{base}/v1/chat/completions", stop
 
 
 @dataclass
@@ -154,57 +138,6 @@ def one_request(
     return 429 if answer is None else answer.status_code
 
 
-@contextmanager
-def gunicorn_gateway(strategy: str, upstream_url: str, learn: str, state: str) -> Iterator[str]:
-    """4 gthread workers sharing one fresh Redis prefix (or, `local`, each with its own
-    state); yields the gateway's URL."""
-    import redis
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    prefix = f"bench-conc-{uuid.uuid4().hex[:8]}"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MODEL_")}
-    env.update(
-        MODEL_COOLDOWN_ENABLED="true",
-        MODEL_COOLDOWN_LEARN=learn,
-        BENCH_UPSTREAM_URL=upstream_url,
-        BENCH_STRATEGY=strategy,
-    )
-    if state == "redis":
-        env.update(
-            MODEL_COOLDOWN_REDIS_URL=REDIS_URL,
-            MODEL_COOLDOWN_REDIS_SECRET="benchmark-secret-" + "c" * 32,
-            MODEL_COOLDOWN_REDIS_PREFIX=prefix,
-        )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-w", str(WORKERS), "-k", "gthread",
-         "--threads", str(THREADS), "--backlog", "256", "-b", f"127.0.0.1:{port}",
-         "--log-level", "warning", "--pythonpath", str(Path(__file__).parent),
-         "concurrency_gateway:app"],
-        env=env,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        for _ in range(WORKERS * THREADS):  # every worker booted and answering
-            while True:
-                try:
-                    requests.post(f"http://127.0.0.1:{port}/", timeout=5)
-                    break
-                except requests.ConnectionError:
-                    assert time.monotonic() < deadline, "gunicorn did not start"
-                    time.sleep(0.1)
-        time.sleep(1.0)
-        yield f"http://127.0.0.1:{port}/v1/chat/completions"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        client = redis.Redis.from_url(REDIS_URL)
-        for key in client.scan_iter(f"{{{prefix}}}:*"):
-            client.delete(key)
-        client.close()
-
-
 def run(strategy: str, mode: str, load: float, args: argparse.Namespace) -> dict[str, float]:
     learn = "apply" if mode == "silent" else "off"
     os.environ["MODEL_COOLDOWN_LEARN"] = learn
@@ -214,7 +147,14 @@ def run(strategy: str, mode: str, load: float, args: argparse.Namespace) -> dict
     upstream = Upstream(args.quota, args.window, mode, args.latency)
     upstream_url, stop = serve(upstream)
     if args.gunicorn:
-        with gunicorn_gateway(strategy, upstream_url, learn, args.gunicorn) as gateway:
+        env = {
+            "MODEL_COOLDOWN_LEARN": learn,
+            "BENCH_UPSTREAM_URL": upstream_url,
+            "BENCH_STRATEGY": strategy,
+        }
+        shared = args.gunicorn == "redis"
+        with gunicorn_gateway("concurrency_gateway:app", env, shared=shared) as base:
+            gateway = f"{base}/v1/chat/completions"
             return offer(upstream, load, args, lambda model, session, counter: session.post(
                 gateway, json={"model": model}, timeout=60).status_code, stop)  # fmt: skip
     return offer(
@@ -297,7 +237,6 @@ def main() -> None:
     )
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     args = parser.parse_args()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
     os.environ["BENCH_CONCURRENCY_KEY"] = KEYS[0]
     for index, key in enumerate(KEYS[1:], start=1):

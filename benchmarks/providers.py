@@ -29,29 +29,21 @@ import argparse
 import math
 import os
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import requests
 from flask import Flask, Response, request
-from werkzeug.serving import make_server
+from fleet import THREADS, WORKERS, gunicorn_gateway, serve_upstream  # benchmarks/fleet.py
 
 from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
 from cooldown.evidence.learn import window_learner
 
-REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
-WORKERS, THREADS = 4, 8
 PROVIDER = "bench-providers"
 ACCOUNTS = {"tier-1": (60, 40_000), "tier-2": (120, 80_000), "tier-3": (240, 160_000)}
 """Per account and model: requests and tokens per minute."""
@@ -226,61 +218,8 @@ def serve_http(provider: Provider) -> tuple[str, Callable[[], None]]:
         )
         return Response("{}", status=status, headers=headers, mimetype="application/json")
 
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    server.socket.listen(128)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-
-    def stop() -> None:
-        server.shutdown()
-        server.server_close()
-
-    return f"http://127.0.0.1:{server.server_port}/v1/chat/completions", stop
-
-
-@contextmanager
-def gunicorn_gateway(strategy: str, upstream_url: str, learn: str) -> Iterator[str]:
-    """4 gthread workers sharing one fresh Redis prefix; yields the gateway's URL."""
-    import redis
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    prefix = f"bench-providers-{uuid.uuid4().hex[:8]}"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MODEL_")}
-    env.update(
-        MODEL_COOLDOWN_ENABLED="true",
-        MODEL_COOLDOWN_LEARN=learn,
-        MODEL_COOLDOWN_REDIS_URL=REDIS_URL,
-        MODEL_COOLDOWN_REDIS_SECRET="benchmark-secret-" + "p" * 32,
-        MODEL_COOLDOWN_REDIS_PREFIX=prefix,
-        BENCH_UPSTREAM_URL=upstream_url,
-        BENCH_STRATEGY=strategy,
-    )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-w", str(WORKERS), "-k", "gthread",
-         "--threads", str(THREADS), "--backlog", "256", "-b", f"127.0.0.1:{port}",
-         "--log-level", "warning", "--pythonpath", str(Path(__file__).parent),
-         "providers_gateway:app"],
-        env=env,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        for _ in range(WORKERS * THREADS):  # every worker booted and answering
-            while True:
-                try:
-                    requests.get(f"http://127.0.0.1:{port}/", timeout=5)
-                    break
-                except requests.ConnectionError:
-                    assert time.monotonic() < deadline, "gunicorn did not start"
-                    time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/v1/chat/completions"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        client = redis.Redis.from_url(REDIS_URL)
-        for key in client.scan_iter(f"{{{prefix}}}:*"):
-            client.delete(key)
-        client.close()
+    base, stop = serve_upstream(app)
+    return f"{base}/v1/chat/completions", stop
 
 
 def run(strategy: str, mode: str, args: argparse.Namespace) -> dict[str, float]:
@@ -317,7 +256,13 @@ def run(strategy: str, mode: str, args: argparse.Namespace) -> dict[str, float]:
         return offer(provider, total, rate, latencies, in_process)
     upstream_url, stop = serve_http(provider)
     try:
-        with gunicorn_gateway(strategy, upstream_url, learn) as url:
+        env = {
+            "MODEL_COOLDOWN_LEARN": learn,
+            "BENCH_UPSTREAM_URL": upstream_url,
+            "BENCH_STRATEGY": strategy,
+        }
+        with gunicorn_gateway("providers_gateway:app", env) as base:
+            url = f"{base}/v1/chat/completions"
 
             def over_http(index: int, session: requests.Session) -> int:
                 body: dict[str, Any] = {

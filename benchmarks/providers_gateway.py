@@ -20,11 +20,6 @@ app = Flask(__name__)
 _sessions = threading.local()
 
 
-@app.get("/")
-def ready() -> str:
-    return "ready"
-
-
 @app.post("/v1/chat/completions")
 def chat() -> Response:
     if not hasattr(_sessions, "session"):

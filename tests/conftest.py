@@ -248,6 +248,22 @@ def prefix(redis_url: str) -> Iterator[str]:
     delete_prefix(redis_url, name)
 
 
+@pytest.fixture
+def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the Redis scripts this process runs from now on, one per round trip."""
+    from cooldown.shared.calls import ScriptCalls
+
+    called: list[str] = []
+    run = ScriptCalls._call
+
+    def counted(self: ScriptCalls, now: float, script: str, *args: Any) -> Any:
+        called.append(script)
+        return run(self, now, script, *args)
+
+    monkeypatch.setattr(ScriptCalls, "_call", counted)
+    return called
+
+
 def delete_prefix(redis_url: str, prefix: str) -> None:
     """Delete every key a test wrote under `{prefix}`."""
     import redis

@@ -156,26 +156,22 @@ class Reply:
 
 
 def test_one_round_trip_starts_an_attempt_and_one_ends_it(
-    monkeypatch: pytest.MonkeyPatch, enabled: None, redis_url: str, prefix: str
+    monkeypatch: pytest.MonkeyPatch,
+    enabled: None,
+    redis_url: str,
+    prefix: str,
+    script_calls: list[str],
 ) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", redis_url)
     monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", SECRET)
     monkeypatch.setenv("MODEL_COOLDOWN_REDIS_PREFIX", prefix)
     monkeypatch.setenv(BASE, K1)
     monkeypatch.setenv(f"{BASE}_1", K2)
-    scripts: list[str] = []
-    original = RedisObservations._call
-
-    def counted(self: RedisObservations, now: float, script: str, *args: Any) -> Any:
-        scripts.append(script)
-        return original(self, now, script, *args)
-
-    monkeypatch.setattr(RedisObservations, "_call", counted)
     replies = iter([Reply(429), Reply(200)])
     answered = CredentialPool.dispatch(P, lambda key: next(replies), model=MODEL)
     assert answered is not None
     assert answered.status_code == 200
-    assert scripts == ["start", "end", "start", "end"]
+    assert script_calls == ["start", "end", "start", "end"]
     assert model_cooldown.stats()["shared_errors_total"] == 0
 
 

@@ -404,6 +404,43 @@ def test_an_insane_in_flight_count_is_dropped_not_used(
     assert float(client.hget(INFLIGHT, entry)) == 1  # dropped, then this attempt counted
 
 
+@pytest.mark.parametrize(
+    ("table", "value"),
+    [
+        ("budgets", "many"),
+        ("budgets", "inf"),
+        ("refills", "1e999,nan,x"),
+        ("refills", "no commas"),
+        ("costs", "1e30"),
+        ("costs", "-5"),
+    ],
+)
+def test_a_tampered_token_budget_or_cost_is_ignored_not_raised(
+    redis_servers: Callable[..., Server], table: str, value: str
+) -> None:
+    """Whatever another program wrote where budgets live, admission answers (no error, no
+    degraded call) and reads what it cannot trust as absent."""
+    server = redis_servers()
+    client = redis.Redis(port=server.port)
+    now = time.monotonic()
+    store = attached(server.url)
+    taken = store.admit("p", [K1], model="m", now=now, cost=10)
+    assert taken is not None
+    with store.ending(taken[1]):  # 5000 tokens left of 60 000, refilling for a minute
+        store.record_token_budget(
+            "p", K1, model="m", remaining=5000, reset_seconds=60, limit=60_000, now=now
+        )
+    store.finish(taken[1], served=True)
+    for member in client.hkeys(f"{{{PREFIX}}}:budgets"):
+        owner = member.removeprefix(b"t")
+        client.hset(f"{{{PREFIX}}}:{table}", owner if table == "costs" else member, value)
+    other = attached(server.url)  # another process
+    again = other.admit("p", [K1], model="m", now=now + 1, cost=100)
+    assert again is not None
+    assert again[1].shared is not None  # Redis answered
+    assert other.stats()["shared_errors_total"] == 0
+
+
 def test_members_scored_infinite_stop_arming_the_capacity_guard(
     redis_servers: Callable[..., Any],
 ) -> None:

@@ -187,16 +187,22 @@ return result
 )
 
 # A budget (SPEC §21): remaining at `announced`, until `reset`; with the limit, it refills
-# linearly towards it until the reset. Returns the level now, the reset, and `when(need)`:
-# when `need` units are there; nil when there is no live budget.
+# linearly towards it until the reset. Returns the level now, the reset, `when(need)`: when
+# `need` units are there, and the largest ever announced; nil when there is no live budget.
+# A number that is not finite (tampered, or another program's) counts as absent.
 _BUDGETS = """
+local function finite(value)
+  value = tonumber(value)
+  if value and value == value and value > -math.huge and value < math.huge then return value end
+  return nil
+end
 local function budget(member)
-  local remaining = tonumber(redis.call('HGET', KEYS[7], member))
+  local remaining = finite(redis.call('HGET', KEYS[7], member))
   local reset = trusted(KEYS[8], member)
   if not (remaining and reset and reset > now and remaining >= 0) then return nil end
   local refill = redis.call('HGET', KEYS[13], member) or ''
   local limit, announced, largest = string.match(refill, '^([^,]*),([^,]*),([^,]*)$')
-  limit, announced, largest = tonumber(limit), tonumber(announced), tonumber(largest)
+  limit, announced, largest = finite(limit), finite(announced), finite(largest)
   local level, when = remaining, function(need) return reset end
   if limit and announced and limit > remaining and reset > announced then
     local span = reset - announced
