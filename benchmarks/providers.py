@@ -17,10 +17,10 @@ state through Redis (`MODEL_COOLDOWN_TEST_REDIS_URL`, default 127.0.0.1:6379, a 
 each run's own, deleted afterwards), the provider a loopback HTTP server, 32 client threads.
 Prints per run: served, provider 429s per account-model-minute (all, and those to requests
 sent after their account-model's first 429: the buckets start empty, and what is sent before
-the first answer comes back cannot be foreseen), 429s
-that met a sibling of a key throttled before the request was sent and within its advice,
-429s that met a token budget too small for the request, and the added latency (p50/p99 of
-served requests, over the upstream's own latency).
+the first answer comes back cannot be foreseen), 429s that met a sibling of a key throttled
+before the request was sent and within its advice (with how long after that 429 the latest
+of them was sent), 429s that met a token budget too small for the request, and the added
+latency (p50/p99 of served requests, over the upstream's own latency).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Provider:
     throttles: int = 0
     first_throttled: dict[tuple[str, str], float] = field(default_factory=dict)
     late_throttles: int = 0  # 429s to requests that arrived after their pair's first 429
-    sibling_hits: int = 0
+    sibling_gaps: list[float] = field(default_factory=list)  # arrival after the sibling's 429
     token_shortfalls: int = 0
     rejected: int = 0
     unavailable: int = 0
@@ -134,7 +134,7 @@ class Provider:
                 self.token_shortfalls += 1
             earlier = self.advised.get((account, model))
             if earlier is not None and earlier[0] != key and earlier[1] <= arrived < earlier[2]:
-                self.sibling_hits += 1  # sent after a sibling's 429, within its advice
+                self.sibling_gaps.append(arrived - earlier[1])  # within the sibling's advice
             levels = requests_bucket.level, budget.level
             short = (1 - levels[0]) * 60.0 / requests_bucket.limit if levels[0] < 1 else 0.0
             short = max(short, (tokens - levels[1]) * 60.0 / budget.limit)
@@ -324,7 +324,8 @@ def offer(
         "served": served,
         "429s per account-model-minute": provider.throttles / pair_minutes,
         "after the first": provider.late_throttles / pair_minutes,
-        "sibling 429s": provider.sibling_hits,
+        "sibling 429s": len(provider.sibling_gaps),
+        "sibling gap ms": 1000 * max(provider.sibling_gaps, default=0.0),
         "token 429s": provider.token_shortfalls,
         "client 429s": client_429s,
         "p50 added ms": 1000 * statistics.median(added),
@@ -358,7 +359,9 @@ def main() -> None:
                 f"| {mode} | {strategy} | {figures['served']} / {figures['offered']} | "
                 f"{figures['429s per account-model-minute']:.2f}"
                 f" ({figures['after the first']:.2f}) | "
-                f"{figures['sibling 429s']:.0f} | {figures['token 429s']:.0f} | "
+                f"{figures['sibling 429s']:.0f}"
+                + (f" (<= {figures['sibling gap ms']:.0f} ms)" if figures["sibling 429s"] else "")
+                + f" | {figures['token 429s']:.0f} | "
                 f"{figures['client 429s']:.0f} | "
                 f"{figures['p50 added ms']:.0f} / {figures['p99 added ms']:.0f} |",
                 flush=True,
