@@ -241,7 +241,7 @@ class _ScopedDispatch:
             )
             if self._token_shortfall(answer, tokens[0]):
                 return  # the key's tokens are recorded; smaller requests still fit
-        deadline = self.pool._record_scoped(
+        self.pool._record_scoped(
             self.provider,
             key,
             recording,
@@ -251,16 +251,6 @@ class _ScopedDispatch:
             self.current,
             self.now,
             attempt.started,
-        )
-        self.pool._cool_siblings(  # shared with the attempt's end, in its one round trip
-            self.provider,
-            key,
-            recording,
-            self.model,
-            self.quota_bucket,
-            deadline,
-            self.current,
-            self.now,
         )
         budget = request_budget(answer.headers, received_at) if answer.headers else None
         if budget is not None:

@@ -67,10 +67,9 @@ class KeyRecording(KeySelection):
             cls._record_legacy(provider, key, status, resolve_now(now))
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
-        deadline = cls._record_scoped(
+        cls._record_scoped(
             provider, key, evidence, model, quota_bucket, retry_after_seconds, current, now, sent_at
         )
-        cls._cool_siblings(provider, key, evidence, model, quota_bucket, deadline, current, now)
 
     @classmethod
     def _record_scoped(
@@ -84,9 +83,10 @@ class KeyRecording(KeySelection):
         current: CooldownSettings,
         now: float | None,
         sent_at: float | None,
-    ) -> float | None:
-        """`record` on the scoped path, its arguments checked (`dispatch` calls it directly);
-        the deadline recorded, if any."""
+    ) -> None:
+        """`record` on the scoped path, its arguments checked (`dispatch` calls it directly):
+        the key's cooldown, then its siblings' (with Redis, inside an attempt's ending, both
+        ride on the attempt's end)."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
             provider,
             key,
@@ -104,7 +104,7 @@ class KeyRecording(KeySelection):
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
             cls._legacy.rest(provider, key, deadline, resolve_now(now), keep_later=True)
-        return deadline
+        cls._cool_siblings(provider, key, evidence, model, quota_bucket, deadline, current, now)
 
     @classmethod
     def _cool_siblings(

@@ -151,7 +151,7 @@ class KeySelection:
         """
         max_seconds = scoped_max_seconds(model, quota_bucket, provider)
         cost = check_cost(cost)
-        candidates = cls.keys(provider)
+        candidates = configured = cls.keys(provider)
         if check_affinity(affinity) is not None and max_seconds is not None:
             candidates, order = by_affinity(candidates, affinity), "configured"  # rendezvous
         current_time = resolve_now(now)
@@ -169,5 +169,5 @@ class KeySelection:
             legacy_rest_until=rests,
             order=order,
             cost=cost,
-            accounts=cls.key_accounts(provider),
+            accounts=labels_by_key(configured, cls.accounts(provider)),
         )

@@ -192,7 +192,7 @@ class RedisObservations(ScriptCalls):
             *write,
             *self._announced(attempt.budget),
             learned,
-            attempt.owner or attempt.entry,
+            attempt.owner,
             *self._announced(attempt.tokens),
             *itertools.chain.from_iterable(siblings),
         ]

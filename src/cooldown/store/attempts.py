@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Literal
 
 from ..arguments import check_cost, finite_number, require_str, resolve_now, retry_after
 from ..config import LARGEST_MAX_SECONDS
@@ -172,13 +173,7 @@ class Attempts:
             key, credential, entry, account = claim.candidates[answer.position]
             _, entry_id, owner = ids[answer.position]
             shared = SharedAttempt(
-                answer.lease,
-                entry_id,
-                ceiling,
-                now,
-                learned=answer.learned,
-                owner=owner,
-                cost=claim.cost,
+                answer.lease, entry_id, owner, claim.cost, ceiling, now, learned=answer.learned
             )
             with self._lock:
                 attempt = self._admission.start(
@@ -239,19 +234,13 @@ class Attempts:
         """A provider said `remaining` requests are left until its window resets (of `limit`,
         when it said that too: then they refill continuously towards it until the reset).
         With the label of the `account` the credential is in, the budget is the account's."""
-        remaining, reset = _checked_budget(remaining, reset_seconds)
-        if limit is not None:
-            limit, _ = _checked_budget(limit, 0)
-        located = self._budget_entry(provider, credential, model, quota_bucket, now, account)
-        if located is None:
-            return
-        entry, current_time = located
-        with self._lock:
-            self._admission.budget(entry, remaining, current_time + reset, limit, current_time)
-        ending = _ending.get()
-        if ending is not None:  # shared with the attempt's end
-            ending.budget = (remaining, current_time + reset, limit)
-            ending.now = max(ending.now, current_time)
+        self._keep_budget(
+            "requests",
+            (provider, credential, model, quota_bucket, now, account),
+            remaining,
+            reset_seconds,
+            limit,
+        )
 
     def record_token_budget(
         self,
@@ -271,20 +260,41 @@ class Attempts:
         request costing more than there are, less what is in flight, waits until enough is
         back or goes to another key (SPEC §21). The `account`'s, when it is given. Shared
         like the request budget, with the attempt's end."""
+        self._keep_budget(
+            "tokens",
+            (provider, credential, model, quota_bucket, now, account),
+            remaining,
+            reset_seconds,
+            limit,
+        )
+
+    def _keep_budget(
+        self,
+        kind: Literal["requests", "tokens"],
+        owner: tuple[str, str, str | None, str | None, float | None, str | None],
+        remaining: object,
+        reset_seconds: object,
+        limit: object,
+    ) -> None:
+        """Check an announced budget, keep it for its owner (see `_budget_entry`) and, inside
+        an attempt's ending, hand it to the attempt's end for the shared state."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = _checked_budget(limit, 0)
-        located = self._budget_entry(provider, credential, model, quota_bucket, now, account)
+        located = self._budget_entry(*owner)
         if located is None:
             return
         entry, current_time = located
+        announced = (remaining, current_time + reset, limit)
         with self._lock:
-            self._admission.token_budget(
-                entry, remaining, current_time + reset, limit, current_time
-            )
+            keep = self._admission.budget if kind == "requests" else self._admission.token_budget
+            keep(entry, *announced, current_time)
         ending = _ending.get()
         if ending is not None:  # shared with the attempt's end
-            ending.tokens = (remaining, current_time + reset, limit)
+            if kind == "requests":
+                ending.budget = announced
+            else:
+                ending.tokens = announced
             ending.now = max(ending.now, current_time)
 
     def _budget_entry(

@@ -47,13 +47,13 @@ class SharedAttempt:
 
     lease: str
     entry: str  # shared hex id: credential + scope
+    owner: str  # the budgets' shared id: the entry, or its account's (SPEC §21)
+    cost: int | None  # tokens held in flight
     max_seconds: int
     now: float  # the latest time this attempt's bookkeeping saw
     write: tuple[Literal["record", "clear"], str, float] | None = None  # id, deadline or sent_at
     budget: Announced | None = None  # requests
     learned: LearnedWindow | None = None  # the estimate after its answer, for the fleet
-    owner: str = ""  # the budgets' shared id: the entry's, or its account's (SPEC §21)
-    cost: int | None = None  # tokens held in flight
     tokens: Announced | None = None
     siblings: list[tuple[str, float]] = field(default_factory=list)  # (id, deadline)
 
