@@ -24,7 +24,6 @@ import argparse
 import itertools
 import math
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 
 import requests
 from flask import Flask, Response, request
-from fleet import THREADS, WORKERS, gunicorn_gateway, serve_upstream  # benchmarks/fleet.py
+from fleet import THREADS, WORKERS, gunicorn_gateway, open_loop, p50_p99_ms, serve_upstream
 
 from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
 from cooldown.evidence.learn import window_learner
@@ -110,14 +109,6 @@ def serve(upstream: Upstream) -> tuple[str, Callable[[], None]]:
     return f"{base}/v1/chat/completions", stop
 
 
-@dataclass
-class Run:
-    served: int = 0
-    client_429s: int = 0
-    added: list[float] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 def one_request(
     strategy: str, url: str, model: str, session: requests.Session, counter: itertools.count[int]
 ) -> int:
@@ -178,45 +169,29 @@ def offer(
     """Open-loop traffic from 32 client threads; the figures of one run."""
     capacity = len(KEYS) * len(MODELS) * args.quota / args.window  # requests per second
     total = int(capacity * load * args.seconds)
-    result = Run()
     counter = itertools.count()
-    next_request = itertools.count()
     upstream.started = start = time.monotonic()
-
-    def client() -> None:
-        session = requests.Session()
-        while (index := next(next_request)) < total:
-            due = start + index / (capacity * load)
-            time.sleep(max(0.0, due - time.monotonic()))
-            sent = time.monotonic()
-            status = request(MODELS[index % len(MODELS)], session, counter)
-            with result.lock:
-                if status == 200:
-                    result.served += 1
-                    result.added.append(time.monotonic() - sent - args.latency)
-                else:
-                    result.client_429s += 1
-        session.close()
-
-    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answered = open_loop(
+        total,
+        capacity * load,
+        CLIENTS,
+        lambda index, session: request(MODELS[index % len(MODELS)], session, counter),
+    )
     stop()
     windows = math.ceil((time.monotonic() - start) / args.window)
     pairs = len(KEYS) * len(MODELS)
-    added = sorted(result.added) or [0.0]
+    added = [took - args.latency for status, took in answered if status == 200]
+    p50, p99 = p50_p99_ms(added)
     herd = upstream.before_first_answer() or [0]
     return {
         "before first answer, max": max(herd),
         "offered": total,
-        "served": result.served,
-        "capacity share": result.served / (capacity * args.seconds),
+        "served": len(added),
+        "capacity share": len(added) / (capacity * args.seconds),
         "provider 429s per key-model window": upstream.throttles / (pairs * windows),
-        "client 429s": result.client_429s,
-        "p50 added ms": 1000 * statistics.median(added),
-        "p99 added ms": 1000 * added[min(len(added) - 1, int(0.99 * len(added)))],
+        "client 429s": total - len(added),
+        "p50 added ms": p50,
+        "p99 added ms": p99,
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -22,6 +23,40 @@ from werkzeug.serving import make_server
 
 REDIS_URL = os.environ.get("MODEL_COOLDOWN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 WORKERS, THREADS = 4, 8
+
+
+def open_loop(
+    total: int, rate: float, clients: int, request_one: Callable[[int, requests.Session], int]
+) -> list[tuple[int, float]]:
+    """Offer requests 0 .. total - 1 at `rate` a second, each due at its own moment whatever
+    the answers before it (open loop), from `clients` threads with a session each; per
+    request, in order: the status its client saw and how long it took."""
+    answered: list[tuple[int, float]] = [(0, 0.0)] * total
+    next_index = iter(range(total))
+    start = time.monotonic()
+
+    def client() -> None:
+        session = requests.Session()
+        for index in next_index:
+            time.sleep(max(0.0, start + index / rate - time.monotonic()))
+            sent = time.monotonic()
+            status = request_one(index, session)
+            answered[index] = (status, time.monotonic() - sent)
+        session.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answered
+
+
+def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
+    """The median and the 99th percentile of `seconds`, in milliseconds (0 for none)."""
+    ordered = sorted(seconds) or [0.0]
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return 1000 * statistics.median(ordered), 1000 * p99
 
 
 def serve_upstream(app: Flask) -> tuple[str, Callable[[], None]]:

@@ -29,7 +29,6 @@ import argparse
 import math
 import os
 import random
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from typing import Any
 
 import requests
 from flask import Flask, Response, request
-from fleet import THREADS, WORKERS, gunicorn_gateway, serve_upstream  # benchmarks/fleet.py
+from fleet import THREADS, WORKERS, gunicorn_gateway, open_loop, p50_p99_ms, serve_upstream
 
 from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
 from cooldown.evidence.learn import window_learner
@@ -286,50 +285,28 @@ def offer(
     request_one: Callable[[int, requests.Session], int],
 ) -> dict[str, float]:
     """Open-loop traffic from 32 client threads; the figures of one run."""
-    served = client_429s = 0
-    added: list[float] = []
-    lock = threading.Lock()
-    next_index = iter(range(total))
     start = time.monotonic()
     provider.start, provider.revoke_at = start, start + total / rate / 2
     with provider.lock:
         for bucket in provider.buckets.values():
             bucket.at = start
-
-    def client() -> None:
-        nonlocal served, client_429s
-        session = requests.Session()
-        for index in next_index:
-            time.sleep(max(0.0, start + index / rate - time.monotonic()))
-            sent = time.monotonic()
-            status = request_one(index, session)
-            with lock:
-                if status == 200:
-                    served += 1
-                    added.append(time.monotonic() - sent - latencies[index])
-                elif status == 429:
-                    client_429s += 1
-        session.close()
-
-    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answered = open_loop(total, rate, CLIENTS, request_one)
     pair_minutes = len(ACCOUNTS) * len(MODELS) * (time.monotonic() - start) / 60.0
-    added.sort()
-    added = added or [0.0]
+    added = [
+        took - latencies[index] for index, (status, took) in enumerate(answered) if status == 200
+    ]
+    p50, p99 = p50_p99_ms(added)
     return {
         "offered": total,
-        "served": served,
+        "served": len(added),
         "429s per account-model-minute": provider.throttles / pair_minutes,
         "after the first": provider.late_throttles / pair_minutes,
         "sibling 429s": len(provider.sibling_gaps),
         "sibling gap ms": 1000 * max(provider.sibling_gaps, default=0.0),
         "token 429s": provider.token_shortfalls,
-        "client 429s": client_429s,
-        "p50 added ms": 1000 * statistics.median(added),
-        "p99 added ms": 1000 * added[min(len(added) - 1, int(0.99 * len(added)))],
+        "client 429s": sum(1 for status, _ in answered if status == 429),
+        "p50 added ms": p50,
+        "p99 added ms": p99,
     }
 
 
