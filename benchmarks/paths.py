@@ -85,7 +85,7 @@ def us(body: Callable[[], object]) -> float:
 
 
 def attempt_bookkeeping() -> None:
-    """What counting an attempt in flight costs (SPEC §15): admit + finish against the plain
+    """What counting an attempt in flight costs: admit + finish against the plain
     `select` a hand-written loop makes, and against a `select` in the same order (spread
     order's digests and loads are the order's cost, not the attempt's), on an idle store and
     with 10000 live entries. All four interleaved, so a slow spell hits them alike."""
@@ -127,7 +127,7 @@ def attempt_bookkeeping() -> None:
 
 
 def bookkeeping_at_its_bounds() -> None:
-    """An attempt once the bookkeeping maps are full (SPEC §15: they are bounded, the oldest
+    """An attempt once the bookkeeping maps are full (they are bounded, the oldest
     dropped first): admit + finish cycling over more distinct key-model entries than the maps
     keep, against the same loop over few enough that nothing is dropped. A run is twice the
     maps' bound, so it spans the dict's own resizes rather than the quiet spell after one."""

@@ -1,4 +1,4 @@
-"""Accounts and token budgets (SPEC §21): a provider whose limits belong to accounts.
+"""Accounts and token budgets: a provider whose limits belong to accounts.
 
 Run by hand: `python benchmarks/providers.py [--seconds 60] [--load 1.2] [--modes ...]
 [--gunicorn]`. A provider keeps continuous request and token buckets per (account, model),

@@ -1,6 +1,6 @@
 """What `CredentialPool.status()` costs an operator's scrape: 100 keys, idle and full table.
 
-Run by hand: `python benchmarks/status.py`. Targets (SPEC §17, issue 20): <= 5 ms with 10000
+Run by hand: `python benchmarks/status.py`. Targets: <= 5 ms with 10000
 live entries, <= 1 ms on an idle table; one pass over the table per call.
 """
 

@@ -191,7 +191,7 @@ def two_processes_share_one_probe(
 ) -> None:
     """Process A's probe (a real `dispatch`, its `send` blocked) holds the key for process B.
 
-    Both keys cool at `now`, the first for 10 s, the second for 100 s (SPEC §15).
+    Both keys cool at `now`, the first for 10 s, the second for 100 s.
     """
     first, second = workers
     scope = {"model": model}

@@ -19,6 +19,7 @@ __all__ = [
     "require_str",
     "resolve_now",
     "retry_after",
+    "seconds",
     "usable_advice",
     "wall_clock",
 ]
@@ -75,6 +76,11 @@ def finite_number(value: object, name: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{name} must be finite")
     return number
+
+
+def seconds(value: float, name: str) -> float:
+    """A finite duration, at least one second."""
+    return max(1.0, finite_number(value, name))
 
 
 _horizon = [time.monotonic() + A_DAY]

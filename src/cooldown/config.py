@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any, Literal, TypeAlias
 
 from .forksafe import new_lock
-from .redisurl import parse_redis_url
+from .redisurl import Secret, parse_redis_url
 
 __all__ = [
     "FORWARDED_ENV",
@@ -79,23 +79,6 @@ MIN_REDIS_SECRET_LENGTH = 32
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 _PREFIX_CHARACTERS = frozenset(string.ascii_letters + string.digits + ":_.-")
-
-
-class Secret(str):
-    """A setting that must not leave the process by accident (the Redis secret, a URL that
-    may hold a password): masked in `repr`, refused by pickle and by `copy.deepcopy` (so
-    `dataclasses.asdict(settings())` raises instead of copying it out in clear)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "'***'"
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError("a secret setting is neither pickled nor copied")
-
-    def __deepcopy__(self, memo: Any) -> Secret:
-        raise TypeError("a secret setting is neither pickled nor copied")
 
 
 @dataclass(frozen=True)
@@ -275,7 +258,7 @@ def _parse_learn(raw: str | None) -> LearnMode:
 
 
 def _parse_default_on_error(raw: str | None, name: str, default: int, high: int) -> int:
-    """A wave-3 whole-number setting: malformed is its default with one warning, and the
+    """A whole-number setting: malformed is its default with one warning, and the
     feature stays on."""
     try:
         return _parse_whole_number(raw, name, default, high)

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-__all__ = ["APIError", "CooldownError", "ModelCooldownCapacity", "ModelCooldownExhausted"]
+__all__ = [
+    "APIError",
+    "CooldownError",
+    "ModelCooldownCapacity",
+    "ModelCooldownExhausted",
+    "NanoGPTKeyPoolExhausted",
+]
 
 
 class APIError(Exception):
@@ -72,3 +78,12 @@ class ModelCooldownCapacity(CooldownError):
     http_status = 503
     code = "model_cooldown_capacity"
     template = "Cooldown tracking is at capacity; retry after {seconds} seconds."
+
+
+class NanoGPTKeyPoolExhausted(RuntimeError):
+    """No configured NanoGPT key can be used right now.
+
+    Kept outside the `CooldownError` family on purpose: it is the legacy pools' answer (no
+    key passed validation, or every key rests provider-wide), raised as the `RuntimeError`
+    their callers already catch, and it carries no `Retry-After` a client could trust.
+    """

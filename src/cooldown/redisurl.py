@@ -1,4 +1,5 @@
-"""MODEL_COOLDOWN_REDIS_URL, parsed: one server, a Cluster or a Sentinel-managed primary.
+"""MODEL_COOLDOWN_REDIS_URL, parsed (one server, a Cluster or a Sentinel-managed primary), and
+the masked text that holds it and the Redis secret.
 
 The schemes are the ones the `limits` package (behind Flask-Limiter) reads, so operators can
 reuse the URLs they have. Parsing needs no Redis client, so settings can validate a URL
@@ -8,10 +9,28 @@ before anything connects; a URL this package cannot honour exactly is refused, n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["RedisEndpoint", "parse_redis_url"]
+__all__ = ["RedisEndpoint", "Secret", "parse_redis_url"]
+
+
+class Secret(str):
+    """A setting that must not leave the process by accident (the Redis secret, a URL that
+    may hold a password): masked in `repr`, refused by pickle and by `copy.deepcopy` (so
+    `dataclasses.asdict(settings())` raises instead of copying it out in clear)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a secret setting is neither pickled nor copied")
+
+    def __deepcopy__(self, memo: Any) -> Secret:
+        raise TypeError("a secret setting is neither pickled nor copied")
+
 
 Mode = Literal["single", "cluster", "sentinel"]
 

@@ -1,4 +1,4 @@
-"""Provider dialects (SPEC §22): the bare `X-RateLimit-*` pair, Azure's millisecond advice,
+"""Provider dialects: the bare `X-RateLimit-*` pair, Azure's millisecond advice,
 Google's advice in a body, and model names in paths."""
 
 from __future__ import annotations

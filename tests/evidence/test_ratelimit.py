@@ -52,7 +52,7 @@ def test_go_durations(text: str, seconds: float | None) -> None:
 
 
 def test_openai_spent_request_window() -> None:
-    headers = {  # no limit announced: the window is held until its reset (the wave-3 rule)
+    headers = {  # no limit announced: the window is held until its reset (no refill to assume)
         "x-ratelimit-remaining-requests": "0",
         "x-ratelimit-reset-requests": "6m0s",
         "x-ratelimit-remaining-tokens": "1200",

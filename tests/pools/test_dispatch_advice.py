@@ -1,4 +1,4 @@
-"""`dispatch(..., advice=...)`: advice a provider puts in the body of a throttle (SPEC §22)."""
+"""`dispatch(..., advice=...)`: advice a provider puts in the body of a throttle."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""SPEC §15 shared through Redis: in-flight counts, the probe after a release, budgets and
-stale successes hold for every process, at one round trip per attempt start and one per end.
+"""Attempt bookkeeping shared through Redis: in-flight counts, the probe after a release,
+budgets and stale successes hold for every process, at one round trip per attempt start and
+one per end.
 
 Two stores attached to the same Redis with the same secret stand for two processes where time
 must be passed as `now=`; real worker processes run real `dispatch`es whose `send` blocks.

@@ -175,7 +175,7 @@ def test_global_cap_without_eviction_and_503_everywhere(
 def test_an_escalated_throttle_is_shared_as_the_credential_wide_cooldown(
     redis_url: str, prefix: str
 ) -> None:
-    """Over its scope budget a key cools everywhere (SPEC §4), in every process too."""
+    """Over its scope budget a key cools everywhere, in every process too."""
     store = ModelCooldown(scopes_per_credential=1)
     peer = ModelCooldown()
     for each in (store, peer):

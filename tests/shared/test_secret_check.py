@@ -1,5 +1,5 @@
 """Two processes with different `MODEL_COOLDOWN_REDIS_SECRET`s on one prefix share nothing;
-the second to attach says so once (SPEC §20), through `{prefix}:secret-check`."""
+the second to attach says so once, through `{prefix}:secret-check`."""
 
 from __future__ import annotations
 

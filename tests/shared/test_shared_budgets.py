@@ -1,5 +1,6 @@
-"""SPEC §21 shared through Redis: token budgets, costs in flight, continuous refill and an
-account's budgets hold for every process, still one round trip per attempt start and end."""
+"""Accounts and token budgets shared through Redis: token budgets, costs in flight, continuous
+refill and an account's budgets hold for every process, still one round trip per attempt start
+and end."""
 
 from __future__ import annotations
 

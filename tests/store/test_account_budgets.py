@@ -1,4 +1,4 @@
-"""An account's keys share its request and token budgets (SPEC §21): what one key's answer
+"""An account's keys share its request and token budgets: what one key's answer
 announces holds its siblings too, and what is in flight on any of them is summed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Budgets a provider announces (SPEC §21): requests and tokens, refilled continuously when
+"""Budgets a provider announces: requests and tokens, refilled continuously when
 the limit is announced; a request's `cost` held against a key's tokens while in flight."""
 
 from __future__ import annotations

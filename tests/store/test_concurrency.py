@@ -1,4 +1,4 @@
-"""SPEC §15 with real threads and blocking sends: in flight, spread, one probe, budgets,
+"""In-flight attempts with real threads and blocking sends: in flight, spread, one probe, budgets,
 stale successes. Waits are bounded events; time is passed as `now=` where it matters."""
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def test_record_takes_sent_at(keys: list[str]) -> None:
 
 
 def test_the_bookkeeping_stays_bounded_and_keeps_the_newest() -> None:
-    """Past its bound a map drops its oldest entries (SPEC §15: everything is bounded), and
+    """Past its bound a map drops its oldest entries (everything is bounded), and
     what the newest attempts and throttles left still counts."""
     store = ModelCooldown()
     throttled = [f"sk-bound-{index}" for index in range(RECENT_THROTTLES + 100)]

@@ -1,4 +1,4 @@
-"""A state machine of concurrent dispatch attempts against a plain reference (SPEC §15).
+"""A state machine of concurrent dispatch attempts against a plain reference.
 
 Attempts start (`admit`) and end (`finish`) in any interleaving, throttles arrive, leases run
 out and time moves on; after every step the store's bookkeeping must match the reference:

@@ -1,4 +1,4 @@
-"""The real store against a plain reference model of SPEC section 4, driven by hypothesis."""
+"""The real store against a plain reference model of its rules (docs/pools.md), by hypothesis."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def scope_of(model: str | None, bucket: str | None) -> tuple[str, str] | None:
 
 
 class Reference:
-    """SPEC section 4, written as plainly as possible."""
+    """The store's rules, written as plainly as possible."""
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str, tuple[str, str] | None], float] = {}

@@ -1,4 +1,4 @@
-"""The operator's view of a fleet (SPEC §23): 4 gunicorn workers on a real Redis answer 429s,
+"""The operator's view of a fleet: 4 gunicorn workers on a real Redis answer 429s,
 and every worker's `/status` and `/metrics` report the same fleet totals."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`dispatch` with the clients gateways really call upstream with, over loopback (SPEC §19).
+"""`dispatch` with the clients gateways really call upstream with, over loopback.
 
 The official `openai` (sync and async) and `anthropic` SDKs, and `requests`/`httpx` with
 `raise_for_status()`: each throttled key, revoked key and all-throttled pool costs the same

@@ -1,4 +1,4 @@
-"""`init_app` on a Quart app: the 429/503 handlers answer with Quart responses (SPEC §20)."""
+"""`init_app` on a Quart app: the 429/503 handlers answer with Quart responses."""
 
 from __future__ import annotations
 

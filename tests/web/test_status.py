@@ -85,7 +85,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
         ],
         "ready": 1,
         "cooling": 2,
-        "cooling_some_models": 0,  # ready keys only (SPEC §23): key 1 is cooling, not ready
+        "cooling_some_models": 0,  # ready keys only: key 1 is cooling, not ready
         "accounts_cooling": 0,
     }
     other_model = CredentialPool.status(P, model="another", now=110)

@@ -1,4 +1,4 @@
-"""Operator truth (SPEC §17): per-model cooldowns in every summary, the catalog matrix, the
+"""Operator truth: per-model cooldowns in every summary, the catalog matrix, the
 alerting metric, the CLI that reads where the state really is, and 404 everywhere."""
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ def test_the_cli_never_follows_a_redirect_with_the_token(
     assert seen == []  # the token went nowhere else
 
 
-# -- what clients meet first, one set of counts (SPEC §23) ---------------------------------------
+# -- what clients meet first, one set of counts ---------------------------------------
 
 
 def test_the_summary_leads_with_the_scopes_where_every_key_cools(client: FlaskClient) -> None:

@@ -88,7 +88,7 @@ class SimulatedUpstream:
             remaining = self.quota - len(recent) - 1
         headers = {}
         if self.rate_limit_headers:
-            headers = {  # a window, not a refilling bucket: no limit header (SPEC §21)
+            headers = {  # a window, not a refilling bucket: no limit header
                 "x-ratelimit-remaining-requests": str(remaining),
                 "x-ratelimit-reset-requests": f"{wait}s",
             }

@@ -1,4 +1,4 @@
-"""What `send(key)` gave back, read the same way whichever client made the request (SPEC §19).
+"""What `send(key)` gave back, read the same way whichever client made the request.
 
 A gateway's `send` may return a plain HTTP response, an SDK raw response, an SDK stream or a
 parsed result, or raise an exception that carries the upstream's answer (`raise_for_status()`,

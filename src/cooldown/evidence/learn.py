@@ -55,7 +55,7 @@ class _Estimate:
         """When, counted from the episode's start, the key should be tried again.
 
         With an estimate, bisect it. Without one: a short `first_delay` doubled at each
-        further throttle of the episode (up to the fallback), or the wave-2 upward search.
+        further throttle of the episode (up to the fallback), or the upward search.
         """
         upper = self.upper
         if upper is not None and upper > elapsed:
@@ -137,7 +137,7 @@ class WindowLearner:
     ) -> float:
         """The fallback delay to record for an advice-less throttle (`fallback` in shadow).
 
-        `first_delay` (SPEC §15): until an estimate exists, start short and double.
+        `first_delay`: until an estimate exists, start short and double.
         """
         entry = self._id(namespace, credential, scope)
         with self._lock:

@@ -151,7 +151,7 @@ def spent_window_reset(lowered: dict[str, object], received_at: float) -> float 
     """Seconds until the latest spent window lets one more unit through, from headers keyed by
     lower-case name. OpenAI's and Anthropic's limits refill continuously, and their reset is
     the time until the limit is full again: with the limit announced, one unit is back after
-    `reset / limit` (SPEC §21); without it, at the reset."""
+    `reset / limit`; without it, at the reset."""
     resets: list[float] = []
     for kind in _OPENAI_KINDS:
         if _spent(lowered.get(f"x-ratelimit-remaining-{kind}")):
@@ -226,7 +226,7 @@ def token_budget(
 ) -> tuple[int, float, int | None] | None:
     """(tokens remaining, seconds until their reset, the limit if announced) from OpenAI's
     `x-ratelimit-*-tokens` or Anthropic's `anthropic-ratelimit-*tokens-*`: the scarcest of
-    the token counters an answer announces (SPEC §21)."""
+    the token counters an answer announces."""
     found: list[tuple[int, float, int | None]] = []
     remaining = _count(lowered.get("x-ratelimit-remaining-tokens"))
     reset = _openai_reset(lowered.get("x-ratelimit-reset-tokens"), received_at)

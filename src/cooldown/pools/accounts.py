@@ -1,4 +1,4 @@
-"""Keys that share one provider account, and so one quota (SPEC §21).
+"""Keys that share one provider account, and so one quota.
 
 OpenAI's limits belong to an organization or project: a throttle on one key of an account is
 a throttle on its siblings too, and sending the next attempt to a sibling only meets another

@@ -1,7 +1,7 @@
 """What a scoped `dispatch` does around each attempt: admit a key, record its answer as of the
-attempt's start with the budget its headers announce, and end the attempt (SPEC §15).
+attempt's start with the budget its headers announce, and end the attempt.
 
-The legacy path (feature off, or no model) keeps the wave-2 loop with no bookkeeping.
+The legacy path (feature off, or no model) keeps the plain rotation loop with no bookkeeping.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def warn_sdk_retries(provider: str) -> None:
 
 
 BodyAdvice = Callable[[Any], object]
-"""`advice(answer) -> seconds | None`: what a throttle's body advises (SPEC §22)."""
+"""`advice(answer) -> seconds | None`: what a throttle's body advises."""
 ADVICE_UNUSABLE = "provider %s: advice= returned something that is not seconds; it is ignored"
 ADVICE_FAILED = "provider %s: advice= raised; its advice is ignored"
 
@@ -170,7 +170,7 @@ class _ScopedDispatch:
         self.accounts: dict[str, str] = {}  # key -> its account's label, read with the keys
 
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
-        """The next key, counted in flight (SPEC §15); affinity keeps its rendezvous order."""
+        """The next key, counted in flight; affinity keeps its rendezvous order."""
         pool, provider = self.pool, self.provider
         candidates = pool.keys(provider)
         if not candidates:
@@ -268,7 +268,7 @@ class _ScopedDispatch:
 
     def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
         """A 429 with requests left and fewer tokens than this request costs: a shortfall
-        of this request, not a spent window (SPEC §21)."""
+        of this request, not a spent window."""
         if answer.status != 429 or self.cost is None or tokens_left >= self.cost:
             return False
         requests = requests_remaining(answer.headers)

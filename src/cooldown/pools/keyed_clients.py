@@ -1,4 +1,4 @@
-"""One upstream client per key, built once and dropped least recently used (SPEC §19).
+"""One upstream client per key, built once and dropped least recently used.
 
 A gateway that builds `OpenAI(api_key=key)` per request pays a new connection pool each time;
 one that keeps a client per key forever keeps one per revoked key too. `KeyedClients` sits

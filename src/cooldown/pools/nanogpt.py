@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..arguments import resolve_now
+from ..arguments import resolve_now, seconds
 from ..evidence.outcome import UpstreamOutcome
 from ..store import model_cooldown
 from ._common import (
@@ -18,7 +18,7 @@ from ._common import (
 )
 from .discovery import configured_nanogpt_keys
 from .key_status import PoolStatus, keys_status
-from .validation import REJECTION_STATUSES, NanoGPTKeyPoolExhausted, ValidatedKeyPool, seconds
+from .validation import REJECTION_STATUSES, NanoGPTKeyPoolExhausted, ValidatedKeyPool
 
 __all__ = [
     "NanoGPTKeyPool",

@@ -8,8 +8,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
 
-from ..arguments import finite_number, resolve_now
+from ..arguments import resolve_now, seconds
 from ..config import CooldownSettings
+from ..errors import NanoGPTKeyPoolExhausted
 from ..evidence.outcome import classify_upstream_outcome
 from ..forksafe import new_lock, new_rlock
 from ..store import model_cooldown
@@ -20,7 +21,6 @@ __all__ = [
     "REJECTION_STATUSES",
     "NanoGPTKeyPoolExhausted",
     "ValidatedKeyPool",
-    "seconds",
 ]
 
 logger = logging.getLogger("cooldown")
@@ -31,15 +31,6 @@ MAX_REJECTIONS = 10000
 """Live rejections a NanoGPT pool holds at most (10^6 junk keys cannot grow it further)."""
 AMBIGUOUS_KEEP_SECONDS = 30.0
 _PROBE_ERRORS = (OSError, RuntimeError, TypeError, ValueError)
-
-
-class NanoGPTKeyPoolExhausted(RuntimeError):
-    """No configured NanoGPT key can be used right now (legacy, not a model cooldown)."""
-
-
-def seconds(value: float, name: str) -> float:
-    """A finite duration, at least one second."""
-    return max(1.0, finite_number(value, name))
 
 
 class _Revalidation(NamedTuple):

@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 SECRET_CHECK_KEY = "secret-check"
-"""`{prefix}:secret-check`: an HMAC of a fixed label under the fleet's secret (SPEC §20)."""
+"""`{prefix}:secret-check`: an HMAC of a fixed label under the fleet's secret."""
 
 SECRET_CHECK = """
 -- The first writer's check value wins; every process compares its own with it.
@@ -33,7 +33,7 @@ return redis.call('GET', KEYS[1])
 KEY_NAMES = (
     "deadlines",  # zset: id -> cooldown deadline
     "overflow",  # string: the capacity guard's deadline
-    "inflight",  # hash: entry -> attempts in flight (SPEC §15)
+    "inflight",  # hash: entry -> attempts in flight
     "leases",  # zset: "<token>:<entry>" -> lease deadline
     "probes",  # hash: entry -> the lease of its probe
     "released",  # zset: id -> the deadline of its last cooldown (a probe is due after it)
@@ -41,9 +41,9 @@ KEY_NAMES = (
     "resets",  # zset: each budget above -> when it ends
     "dispatched",  # zset: entry -> its last dispatch
     "throttled",  # zset: entry -> when its last cooldown was recorded
-    "learned",  # hash: entry -> its learned window, as numbers (SPEC §12)
+    "learned",  # hash: entry -> its learned window, as numbers
     "learned-used",  # zset: entry -> when its learned window was last written
-    "refills",  # hash: each budget above -> "limit,announced,largest" (SPEC §21)
+    "refills",  # hash: each budget above -> "limit,announced,largest"
     "costs",  # hash: owner -> tokens in flight
 )
 """Each script's KEYS, in this order, as `{prefix}:<name>`."""
@@ -186,7 +186,7 @@ return result
 """
 )
 
-# A budget (SPEC §21): remaining at `announced`, until `reset`; with the limit, it refills
+# A budget: remaining at `announced`, until `reset`; with the limit, it refills
 # linearly towards it until the reset. Returns the level now, the reset, `when(need)`: when
 # `need` units are there, and the largest ever announced; nil when there is no live budget.
 # A number that is not finite (tampered, or another program's) counts as absent.

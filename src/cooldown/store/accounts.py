@@ -1,4 +1,4 @@
-"""Which budgets a key spends: its own, or its provider account's (SPEC §21).
+"""Which budgets a key spends: its own, or its provider account's.
 
 Keys of one account share one request and one token quota per model; the store keeps those
 budgets under the account's entry (account digest + scope digest), never under a label.

@@ -1,4 +1,4 @@
-"""Attempts in flight, one probe after a release, and providers' request budgets (SPEC §15).
+"""Attempts in flight, one probe after a release, and providers' request budgets.
 
 Pure bookkeeping over digests and the caller's monotonic `now`, guarded by the store's lock
 (the store calls it only while holding that lock). Everything here is bounded: leases expire,
@@ -42,8 +42,7 @@ class Budget(NamedTuple):
     """Requests or tokens a provider announced for a key and scope. With the limit announced,
     they refill continuously towards it until the reset (OpenAI's reset is the time until
     the limit is full again): `t` seconds after the answer there are
-    `min(L, R + (L - R) t / T)`. Without it, the announced remaining holds until the reset
-    (SPEC §21)."""
+    `min(L, R + (L - R) t / T)`. Without it, the announced remaining holds until the reset."""
 
     remaining: int
     reset: float
@@ -78,7 +77,7 @@ class Admission:
     """In-flight counts per (credential, scope) with expiring leases; the probe claim after a
     cooldown ends; request and token budgets from rate-limit headers.
 
-    A key in an account spends the account's budgets (SPEC §21): they live under the
+    A key in an account spends the account's budgets: they live under the
     account's entry (account digest + scope digest), where the in-flight counts and costs of
     all its keys are summed; a key in no account is its own account."""
 

@@ -1,5 +1,5 @@
 """What `dispatch` asks of the store: admit a key and count it in flight, end the attempt,
-keep the provider's request budget (SPEC §15).
+keep the provider's request budget.
 
 With shared state attached, admission is one round trip that admits for every process at once
 (in-flight counts, the probe after a release and budgets live in Redis), and the end of an
@@ -258,7 +258,7 @@ class Attempts:
         """A provider said `remaining` tokens are left until `reset_seconds` (of `limit`, when
         it said that too: then they refill continuously towards it until the reset): a
         request costing more than there are, less what is in flight, waits until enough is
-        back or goes to another key (SPEC §21). The `account`'s, when it is given. Shared
+        back or goes to another key. The `account`'s, when it is given. Shared
         like the request budget, with the attempt's end."""
         self._keep_budget(
             "tokens",

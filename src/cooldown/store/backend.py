@@ -47,7 +47,7 @@ class SharedAttempt:
 
     lease: str
     entry: str  # shared hex id: credential + scope
-    owner: str  # the budgets' shared id: the entry, or its account's (SPEC §21)
+    owner: str  # the budgets' shared id: the entry, or its account's
     cost: int | None  # tokens held in flight
     max_seconds: int
     now: float  # the latest time this attempt's bookkeeping saw

@@ -13,7 +13,7 @@ from .admission import Admission
 from .backend import Sharing
 from .budget import DIGEST_SIZE
 from .schedule import DeadlineSchedule
-from .selection import count_by_prefix, explain_keys, gather
+from .selection import explain_keys, gather
 
 __all__ = ["Inspection"]
 
@@ -96,14 +96,14 @@ class Inspection:
                 held = list(self._deadlines.items())
             wanted_local = {self._digest(message): i for i, message in enumerate(messages)}
             live = [entry for entry, deadline in held if deadline > current_time]
-            count_by_prefix(live, wanted_local, counts, DIGEST_SIZE)
+            _count_by_prefix(live, wanted_local, counts, DIGEST_SIZE)
         sharing = self._shared
         if sharing is not None and messages:
             shared = sharing.backend.live_entries(current_time)
             if shared is not None:
                 wanted = {sharing.digest(message).hex(): i for i, message in enumerate(messages)}
                 shared_counts = [0] * len(messages)
-                count_by_prefix(shared, wanted, shared_counts, 2 * DIGEST_SIZE)
+                _count_by_prefix(shared, wanted, shared_counts, 2 * DIGEST_SIZE)
                 counts = list(map(max, counts, shared_counts))
         return counts
 
@@ -178,3 +178,14 @@ def _every_key_cooling(entries: Sequence[_Id], credentials: set[_Id], size: int)
     missing = credentials - wide
     every = sum(1 for cooling in cooling_by_scope.values() if missing <= cooling)
     return max(every, 1) if not missing else every
+
+
+def _count_by_prefix(
+    entries: Sequence[_Id], wanted: dict[_Id, int], counts: list[int], size: int
+) -> None:
+    """Add one to `counts[wanted[prefix]]` for each scope entry (longer than `size`)."""
+    for entry in entries:
+        if len(entry) > size:
+            position = wanted.get(entry[:size])
+            if position is not None:
+                counts[position] += 1

@@ -28,7 +28,6 @@ __all__ = [
     "Reason",
     "Selection",
     "admissible",
-    "count_by_prefix",
     "explain_keys",
     "gather",
     "scan",
@@ -228,17 +227,6 @@ def admissible(
     if spread:
         free.sort()  # by load, then configured position (unique: nothing after it compares)
     return [item[2:] for item in free], earliest
-
-
-def count_by_prefix(
-    entries: Sequence[_Entry], wanted: dict[_Entry, int], counts: list[int], size: int
-) -> None:
-    """Add one to `counts[wanted[prefix]]` for each scope entry (longer than `size`)."""
-    for entry in entries:
-        if len(entry) > size:
-            position = wanted.get(entry[:size])
-            if position is not None:
-                counts[position] += 1
 
 
 class Selection:

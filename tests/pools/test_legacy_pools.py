@@ -1,4 +1,4 @@
-"""Parity with the pools this package replaces, and the exact bounds of SPEC §18."""
+"""Parity with the pools this package replaces, and their exact bounds."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ P = "ce-gpt-plus"
 def test_the_legacy_bound_holds_against_the_live_rests_at_each_write() -> None:
     for index in range(30_000):
         CredentialPool.record(P, f"sk-{index}", 401, now=0.0)
-    assert len(CredentialPool._legacy) == MAX_LIVE_RESTS  # live rests are capped (SPEC §14)
+    assert len(CredentialPool._legacy) == MAX_LIVE_RESTS  # live rests are capped
     assert CredentialPool._legacy.dropped_total == 30_000 - MAX_LIVE_RESTS
     largest_after = 0
     for index in range(50):
