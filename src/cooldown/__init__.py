@@ -1,25 +1,31 @@
-"""Per-model cooldowns for rotating upstream LLM API keys in Flask gateways."""
+"""Per-model cooldowns for rotating upstream LLM API keys in Flask, Quart and FastAPI gateways."""
 
 from __future__ import annotations
 
 from .config import FORWARDED_ENV, CooldownSettings, settings
-from .errors import APIError, CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
-from .evidence.advice import (
+from .errors import (
+    APIError,
+    CooldownError,
+    ModelCooldownCapacity,
+    ModelCooldownExhausted,
+    NanoGPTKeyPoolExhausted,
+)
+from .evidence import (
     RecordingContext,
     SelectionScope,
+    UpstreamOutcome,
+    classify_upstream_outcome,
+    google_retry_delay,
+    rate_limit_advice,
     recording_context,
     retry_after_seconds,
     selection_scope,
     upstream_model,
 )
-from .evidence.bodies import google_retry_delay
-from .evidence.outcome import UpstreamOutcome, classify_upstream_outcome
-from .evidence.ratelimit import rate_limit_advice
 from .pools import (
     CredentialPool,
     KeyedClients,
     NanoGPTKeyPool,
-    NanoGPTKeyPoolExhausted,
     NanoGPTUnifiedKeyPool,
     configured_nanogpt_keys,
     is_nanogpt_credential_rejection,
@@ -34,38 +40,46 @@ from .web import (
     status_blueprint,
 )
 
-__all__ = [
-    "FORWARDED_ENV",
-    "MAX_ENTRIES",
-    "APIError",
-    "CooldownError",
-    "CooldownSettings",
+__version__ = "0.5.0"
+
+__all__ = [  # noqa: RUF022 -- grouped by purpose, the gateway path first
+    # the gateway path: pool keys, send through them, answer the client
     "CredentialPool",
     "KeyedClients",
-    "ModelCooldown",
-    "ModelCooldownCapacity",
+    "init_app",
+    "relay",
+    "arelay",
+    "status_blueprint",
+    "upstream_model",
+    # what a route may raise or let through
+    "CooldownError",
     "ModelCooldownExhausted",
-    "NanoGPTKeyPool",
-    "NanoGPTKeyPoolExhausted",
-    "NanoGPTUnifiedKeyPool",
+    "ModelCooldownCapacity",
+    "APIError",
+    "api_error_response",
+    "cooldown_error_response",
+    # settings
+    "settings",
+    "CooldownSettings",
+    "FORWARDED_ENV",
+    # the store, for select/record by hand
+    "ModelCooldown",
+    "model_cooldown",
+    "MAX_ENTRIES",
+    # evidence helpers (also in cooldown.evidence)
     "RecordingContext",
     "SelectionScope",
     "UpstreamOutcome",
-    "api_error_response",
-    "arelay",
     "classify_upstream_outcome",
-    "configured_nanogpt_keys",
-    "cooldown_error_response",
     "google_retry_delay",
-    "init_app",
-    "is_nanogpt_credential_rejection",
-    "model_cooldown",
     "rate_limit_advice",
     "recording_context",
-    "relay",
     "retry_after_seconds",
     "selection_scope",
-    "settings",
-    "status_blueprint",
-    "upstream_model",
+    # NanoGPT's validated pools
+    "NanoGPTKeyPool",
+    "NanoGPTUnifiedKeyPool",
+    "NanoGPTKeyPoolExhausted",
+    "configured_nanogpt_keys",
+    "is_nanogpt_credential_rejection",
 ]

@@ -20,6 +20,7 @@ __all__ = [
     "CooldownSettings",
     "apply_app_config",
     "bounded_int",
+    "enabled_unset",
     "environment_value",
     "settings",
 ]
@@ -347,6 +348,14 @@ def apply_app_config(config: Mapping[str, object]) -> None:
                 warn_once(name, "%s differs between init_app calls; the later value stands")
             merged[position] = value
         _app_overrides = tuple(merged)
+
+
+def enabled_unset() -> bool:
+    """`MODEL_COOLDOWN_ENABLED` is set nowhere (neither `app.config` nor the environment):
+    off by default rather than by choice."""
+    override = _app_overrides[_PARSED_ENV.index(ENABLED_ENV)]
+    raw = os.environ.get(ENABLED_ENV) if override is None else override
+    return raw is None or not raw.strip()
 
 
 def forget_app_config() -> None:

@@ -11,6 +11,7 @@ __all__ = [
     "ModelCooldownCapacity",
     "ModelCooldownExhausted",
     "NanoGPTKeyPoolExhausted",
+    "UpstreamError",
 ]
 
 
@@ -78,6 +79,16 @@ class ModelCooldownCapacity(CooldownError):
     http_status = 503
     code = "model_cooldown_capacity"
     template = "Cooldown tracking is at capacity; retry after {seconds} seconds."
+
+
+class UpstreamError(APIError):
+    """What a client is told of an upstream error answer no key could get past (with
+    `init_app(..., upstream_errors=True)`): a status and a fixed message of ours."""
+
+    code: ClassVar[str] = "upstream_error"
+
+    def __init__(self, message: str, status_code: int) -> None:
+        super().__init__(message, status_code, {"error": self.code})
 
 
 class NanoGPTKeyPoolExhausted(RuntimeError):

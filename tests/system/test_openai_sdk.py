@@ -77,7 +77,7 @@ def test_the_default_body_is_what_the_sdk_cannot_parse(serve: Callable[[Flask], 
 
 def test_an_unknown_format_is_refused_at_init() -> None:
     with pytest.raises(ValueError, match="error_format"):
-        init_app(Flask("bad"), error_format="anthropic")
+        init_app(Flask("bad"), error_format="xml")
     app = Flask("bad-config")
     app.config["MODEL_COOLDOWN_ERROR_FORMAT"] = "OpenAI"
     with pytest.raises(ValueError, match="error_format"):

@@ -82,7 +82,7 @@ def test_a_later_init_app_that_disagrees_warns_once_and_wins(
     assert "90" not in differs[0].getMessage()
 
 
-def test_init_app_says_once_when_the_feature_is_off(
+def test_init_app_warns_once_when_the_flag_is_unset(
     caplog: pytest.LogCaptureFixture, fresh_warnings: None
 ) -> None:
     with caplog.at_level(logging.INFO, "cooldown"):
@@ -90,7 +90,32 @@ def test_init_app_says_once_when_the_feature_is_off(
         app_with()
     off = [r for r in caplog.records if "legacy" in r.getMessage()]
     assert len(off) == 1
+    assert off[0].levelno == logging.WARNING
+    assert "MODEL_COOLDOWN_ENABLED is unset" in off[0].getMessage()
+    assert "set it to true" in off[0].getMessage()
+
+
+def test_init_app_says_an_explicit_false_at_info(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    with caplog.at_level(logging.INFO, "cooldown"):
+        app_with(MODEL_COOLDOWN_ENABLED=False)
+    off = [r for r in caplog.records if "legacy" in r.getMessage()]
+    assert len(off) == 1
     assert off[0].levelno == logging.INFO
+
+
+def test_the_first_pool_call_with_the_flag_unset_warns_once(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(CredentialPool, "_providers", dict(CredentialPool._providers))
+    CredentialPool.register("unset-flag", keys=["sk-unset-one"])
+    with caplog.at_level(logging.INFO, "cooldown"):
+        CredentialPool.select("unset-flag", model="gpt-4o")
+        CredentialPool.select("unset-flag", model="gpt-4o")
+    took_legacy = [r for r in caplog.records if "legacy provider-wide path" in r.getMessage()]
+    assert [r.levelno for r in took_legacy] == [logging.WARNING]
+    assert "sk-unset" not in caplog.text
 
 
 def test_init_app_says_nothing_when_the_feature_is_on(

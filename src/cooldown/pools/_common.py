@@ -9,7 +9,15 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from ..arguments import resolve_now, usable_advice
-from ..config import CooldownSettings, bounded_int, environment_value, settings, warn_once
+from ..config import (
+    ENABLED_ENV,
+    CooldownSettings,
+    bounded_int,
+    enabled_unset,
+    environment_value,
+    settings,
+    warn_once,
+)
 from ..digests import frame, scope_message
 from ..evidence.learn import window_learner
 from ..evidence.outcome import UpstreamOutcome, classify_status
@@ -89,6 +97,12 @@ UNSCOPED_WARNING = (
 )
 
 
+UNSET_AT_POOL_CALL = (
+    "a pool call took the legacy provider-wide path because %s is unset: throttled keys are "
+    "not cooled per model; set it to true to turn cooldowns on"
+)
+
+
 def scoped_settings(
     model: object, quota_bucket: object, provider: str | None = None
 ) -> CooldownSettings | None:
@@ -108,6 +122,8 @@ def scoped_settings(
         return None
     current = settings()
     if not current.enabled:
+        if enabled_unset():
+            warn_once(ENABLED_ENV, UNSET_AT_POOL_CALL)
         return None
     share_when_configured(model_cooldown, current)
     return current

@@ -1,4 +1,4 @@
-"""The error handlers `init_app` gives a Quart app: the same 429/503 bodies, as Quart responses.
+"""The error handlers `init_app` gives a Quart app: the same bodies, as Quart responses.
 
 Imported only for an app that is not Flask's, so Quart stays an optional dependency.
 """
@@ -9,25 +9,23 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import APIError, CooldownError
-from .errors import ErrorFormat, api_error_body, error_body, expose_retry_after
+from .bodies import ErrorFormat, Reply, error_replies
+from .errors import expose_retry_after
 
 __all__ = ["quart_handlers"]
 
 
-def quart_handlers(error_format: ErrorFormat) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """(cooldown handler, `APIError` handler), answering with Quart responses."""
+def quart_handlers(
+    error_format: ErrorFormat,
+) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    """(cooldown handler, `APIError` handler, upstream-error handler) with Quart responses."""
     import quart
 
-    def respond(body: dict[str, object], status: int) -> Any:
-        return quart.Response(json.dumps(body), status=status, mimetype="application/json")
+    def respond(reply: Reply) -> Any:
+        response: Any = quart.Response(
+            json.dumps(reply.body), status=reply.status, mimetype="application/json"
+        )
+        response.headers.update(reply.headers)
+        return expose_retry_after(response) if "Retry-After" in reply.headers else response
 
-    def cooldown_error(error: CooldownError) -> Any:
-        response = respond(error_body(error, error_format), error.status_code)
-        response.headers["Retry-After"] = str(max(1, error.retry_after))
-        return expose_retry_after(response)
-
-    def api_error(error: APIError) -> Any:
-        return respond(api_error_body(error), error.status_code)
-
-    return cooldown_error, api_error
+    return error_replies(error_format, respond)

@@ -2,8 +2,8 @@
 
 `relay` serves a sync view (requests, httpx, urllib3, `http.client`, the SDKs' raw responses
 and streams); `arelay` serves an `async def` view (httpx.AsyncClient, aiohttp, the SDKs' async
-raw responses): under Quart it streams chunk by chunk, and in a Flask async view, which cannot
-stream from its own event loop, it reads the body first.
+raw responses): under Quart and Starlette it streams chunk by chunk, and in a Flask async view,
+which cannot stream from its own event loop, it reads the body first.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import sys
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
-from flask import Response
+from flask import Response, has_app_context
 
 from ..evidence.answers import response_headers, response_status
 
-__all__ = ["RELAYED_HEADERS", "arelay", "relay"]
+__all__ = ["RELAYED_HEADERS", "answer_stream", "arelay", "relay", "starlette_stream"]
 
 RELAYED_HEADERS = ("Retry-After", "Content-Type")
 CHUNK_BYTES = 64 * 1024
@@ -122,27 +122,46 @@ async def _abody(upstream: Any, chunks: AsyncIterator[bytes]) -> AsyncIterator[b
             upstream.release()
 
 
+def answer_stream(
+    upstream: object, headers: Iterable[str]
+) -> tuple[int, dict[str, str], AsyncIterator[bytes]]:
+    """An async upstream's status, the named headers, and its body as it arrives (the
+    upstream closed when the body ends or its reader stops)."""
+    names = _names(headers)
+    http, status = _http(upstream)
+    return status, _copied(http, names), _abody(http, _achunks(http))
+
+
 async def arelay(upstream: object, *, headers: Iterable[str] = RELAYED_HEADERS) -> Any:
     """`relay` for an `async def` view and what `adispatch` returned.
 
-    Under Quart: a Quart response streamed chunk by chunk. In a Flask `async def` view, Flask
-    cannot stream from the view's event loop, so the body is read first and a Flask
-    `Response` returned; to stream from Flask, use a sync view with `dispatch` and `relay`.
+    Under Quart: a Quart response streamed chunk by chunk; inside a Starlette or FastAPI
+    request: a `StreamingResponse`, likewise. In a Flask `async def` view, Flask cannot
+    stream from the view's event loop, so the body is read first and a Flask `Response`
+    returned; to stream from Flask, use a sync view with `dispatch` and `relay`.
     """
-    names = _names(headers)
-    http, status = _http(upstream)
-    body = _abody(http, _achunks(http))
-    copied = _copied(http, names)
+    status, copied, body = answer_stream(upstream, headers)
     if _in_quart_app():
         import quart
 
         quart_response = quart.Response(body, status=status, mimetype="application/octet-stream")
         quart_response.headers.update(copied)
         return quart_response
+    if not has_app_context() and "starlette" in sys.modules:  # an ASGI app that is not Quart
+        return starlette_stream(status, copied, body)
     read = b"".join([chunk async for chunk in body])
     response = Response(read, status=status, mimetype="application/octet-stream")
     response.headers.update(copied)
     return response
+
+
+def starlette_stream(status: int, headers: dict[str, str], body: AsyncIterator[bytes]) -> Any:
+    """A Starlette `StreamingResponse` (imported only when Starlette already is)."""
+    from starlette.responses import StreamingResponse
+
+    return StreamingResponse(
+        body, status_code=status, headers=headers, media_type="application/octet-stream"
+    )
 
 
 def _in_quart_app() -> bool:
