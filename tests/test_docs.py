@@ -4,8 +4,8 @@ Each block runs alone in a fresh namespace, with the feature on and keys configu
 as written: nothing is injected. `requests.post`, `httpx.post`, `httpx.Client.send`,
 `httpx.AsyncClient.send` and `httpx.AsyncClient.post` are faked so no block reaches the
 network; so are `httpx2`'s clients, through which the `openai` and `anthropic` SDKs send, so
-their blocks run too, on real responses. Every POST route of a
-Flask app a block defines is then called once: a `NameError` inside a route fails here.
+their blocks run too, on real responses. Every POST route of a Flask or Starlette (FastAPI)
+app a block defines is then called once: a `NameError` inside a route fails here.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import httpx
 import pytest
 from flask import Flask
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -76,9 +79,15 @@ COMPLETION = {
 }
 
 
+REAL_HTTPX_SEND = httpx.Client.send
+
+
 def http_answer(client: Any, request: Any, **kwargs: object) -> Any:
     """A real response of the client's own library (httpx, or the SDKs' httpx2) for what a
-    block sent, from a configured key."""
+    block sent, from a configured key. Starlette's test client (an httpx client) calling the
+    block's app goes through unfaked."""
+    if isinstance(client, TestClient):
+        return REAL_HTTPX_SEND(client, request, **kwargs)  # type: ignore[arg-type]
     sent_with = request.headers.get("Authorization", "") or request.headers.get("x-api-key", "")
     assert sent_with.removeprefix("Bearer ").startswith("sk-docs-")
     library = sys.modules[type(request).__module__.split(".")[0]]
@@ -93,7 +102,6 @@ async def http_answer_async(client: object, request: Any, **kwargs: object) -> A
 
 @pytest.fixture
 def documented_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    import httpx
     import httpx2
     import requests
 
@@ -132,6 +140,13 @@ def test_block_runs_and_its_routes_answer(path: Path, code: str) -> None:
             if "POST" in (rule.methods or ()) and not rule.arguments:
                 response = client.post(rule.rule, json=BODY)
                 assert response.status_code < 500, (rule.rule, response.get_data(as_text=True))
+    for asgi in [value for value in namespace.values() if isinstance(value, Starlette)]:
+        with TestClient(asgi) as asgi_client:  # server exceptions propagate
+            for route in asgi.routes:
+                methods = getattr(route, "methods", None) or ()
+                if "POST" in methods and "{" not in route.path:  # type: ignore[attr-defined]
+                    answer = asgi_client.post(route.path, json=BODY)  # type: ignore[attr-defined]
+                    assert answer.status_code == 200, (route.path, answer.text)
 
 
 TEST_REFERENCE = re.compile(r"tests/[\w/]+\.py(?:::[\w*]+)?")

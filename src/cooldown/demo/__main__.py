@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--error-format",
-        choices=("openai", "cooldown"),
+        choices=("openai", "anthropic", "cooldown"),
         default="openai",
         help="the body of the gateway's own 429/503 (default: openai, what OpenAI SDKs parse)",
     )

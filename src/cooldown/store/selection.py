@@ -347,7 +347,7 @@ class Selection:
         cost: int | None = None,
         accounts: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """The keys not cooling for this scope, in the given order (or spread, §15); with a
+        """The keys not cooling for this scope, in the given order (or spread); with a
         `cost` (tokens), those whose token budget holds it. `accounts` maps a key to the
         label of the provider account it shares request and token budgets with."""
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
