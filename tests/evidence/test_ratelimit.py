@@ -17,7 +17,13 @@ from cooldown import (
     rate_limit_advice,
     recording_context,
 )
-from cooldown.evidence.ratelimit import go_duration_seconds, rfc3339_timestamp
+from cooldown.errors import LARGEST_RETRY_AFTER
+from cooldown.evidence.ratelimit import (
+    go_duration_seconds,
+    request_budget,
+    rfc3339_timestamp,
+    token_budget,
+)
 
 RECEIVED = 1_800_000_000.0  # wall clock
 ON = {"MODEL_COOLDOWN_ENABLED": "true"}
@@ -225,3 +231,27 @@ def test_rate_limit_advice_never_raises_never_negative(value: str, received: flo
     }
     seconds = rate_limit_advice(headers, received_at=received)
     assert seconds is None or (math.isfinite(seconds) and seconds >= 0)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "99999999h"},
+        {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "99999999999999ms"},
+        {
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": "9999-12-31T23:59:59Z",
+        },
+        {
+            "anthropic-ratelimit-output-tokens-remaining": "0",
+            "anthropic-ratelimit-output-tokens-reset": "9999-12-31T23:59:59Z",
+        },
+    ],
+)
+def test_no_reset_is_read_longer_than_the_largest_maximum(headers: dict[str, str]) -> None:
+    advice = rate_limit_advice(headers, received_at=1000.0)
+    assert advice is not None
+    assert advice <= LARGEST_RETRY_AFTER
+    lowered = {name.lower(): value for name, value in headers.items()}
+    for budget in (token_budget(lowered, 1000.0), request_budget(lowered, 1000.0)):
+        assert budget is None or budget[1] <= LARGEST_RETRY_AFTER

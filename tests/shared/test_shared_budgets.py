@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from cooldown import ModelCooldown, ModelCooldownExhausted, classify_upstream_outcome
+from cooldown import (
+    CredentialPool,
+    ModelCooldown,
+    ModelCooldownExhausted,
+    classify_upstream_outcome,
+    model_cooldown,
+)
 
 from ..conftest import Worker
 from .conftest import SHARED_SECRET
@@ -160,3 +166,35 @@ def test_a_throttle_in_one_process_cools_the_siblings_in_the_other(workers: list
     model = {"model": MODEL}
     second("record", provider=POOL, key=KEYS[2], status=200, scope=model, now=T + 1)
     assert second("select", provider=POOL, scope=scope, now=T + 1)["value"] == KEYS[2]
+
+
+def test_a_token_reset_of_31_years_holds_no_longer_than_the_maximum_in_the_fleet(
+    monkeypatch: pytest.MonkeyPatch, enabled: None, redis_url: str, prefix: str
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", redis_url)
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_SECRET", "budgets-secret-" + "z" * 40)
+    monkeypatch.setenv("MODEL_COOLDOWN_REDIS_PREFIX", prefix)
+    monkeypatch.setattr(CredentialPool, "_providers", dict(CredentialPool._providers))
+    CredentialPool.register("fleet-tokens", keys=["sk-fleet-tokens-0123456789"])
+
+    class Served:
+        status_code = 200
+
+        def __init__(self, remaining: str, reset: str) -> None:
+            self.headers = {
+                "x-ratelimit-remaining-tokens": remaining,
+                "x-ratelimit-reset-tokens": reset,
+            }
+
+    def dispatch(answer: Served, now: float) -> object:
+        return CredentialPool.dispatch(
+            "fleet-tokens", lambda key: answer, model="m", now=now, cost=10
+        )
+
+    dispatch(Served("500", "1s"), 1000.0)
+    dispatch(Served("0", "999999999s"), 1000.0)
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        dispatch(Served("500", "1s"), 1001.0)
+    assert raised.value.retry_after <= 3600
+    assert dispatch(Served("500", "1s"), 1000.0 + 3601).status_code == 200  # type: ignore[attr-defined]
+    assert model_cooldown.stats()["shared_errors_total"] == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import APIError
 from .headers import lowered_headers
 
 __all__ = ["Answer", "answer_raised", "answer_returned", "response_headers", "response_status"]
@@ -74,7 +75,10 @@ def answer_returned(value: object) -> Answer:
 def answer_raised(error: Exception) -> Answer | None:
     """An exception's answer: `.response` when it is a response, else an int `.status_code`
     (or `.status`, as aiohttp's `ClientResponseError` has) with `.headers`; `None` when it
-    carries none (a transport failure)."""
+    carries none (a transport failure), and for this package's own errors: a nested
+    `dispatch`'s 429 or an application's `APIError` is not what the upstream said."""
+    if isinstance(error, APIError):
+        return None
     http = _attribute(error, "response")
     status = response_status(http)
     if status is not None:

@@ -15,6 +15,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from ..arguments import wall_clock
+from ..errors import LARGEST_RETRY_AFTER
 from .headers import Headers, lowered_headers
 
 __all__ = [
@@ -114,12 +115,23 @@ def _spent(value: object) -> bool:
     return count.isascii() and count.isdigit() and not count.strip("0")
 
 
+def _bounded(seconds: float | None) -> float | None:
+    """No reset is longer than the largest maximum (99999999h, a date in year 9999): every
+    later step computes with a number the settings can cap."""
+    return None if seconds is None else min(seconds, LARGEST_RETRY_AFTER)
+
+
+def _until(moment: float, received_at: float) -> float:
+    """Seconds from `received_at` until a reset date, bounded."""
+    return min(max(0.0, moment - received_at), LARGEST_RETRY_AFTER)
+
+
 def _from_epoch(seconds: float | None, received_at: float) -> float | None:
     """A reset above 10^9 is a Unix time (GitHub-style gateways send those): seconds from
     `received_at` until then, never below 0. Anything smaller is already a duration."""
     if seconds is None or seconds <= EPOCH_THRESHOLD:
         return seconds
-    return _finite(max(0.0, seconds - received_at))
+    return _finite(_until(seconds, received_at))
 
 
 def _bare_reset(value: object, received_at: float) -> float | None:
@@ -144,7 +156,7 @@ _PLAIN_PAIRS = (
 def _openai_reset(value: object, received_at: float) -> float | None:
     """A Unix time (above 10^9), else a Go duration or plain seconds."""
     reset = _ietf_reset(value, received_at)
-    return go_duration_seconds(value) if reset is None else reset
+    return _bounded(go_duration_seconds(value) if reset is None else reset)
 
 
 def spent_window_reset(lowered: dict[str, object], received_at: float) -> float | None:
@@ -163,7 +175,7 @@ def spent_window_reset(lowered: dict[str, object], received_at: float) -> float 
             moment = rfc3339_timestamp(lowered.get(f"anthropic-ratelimit-{kind}-reset"))
             if moment is not None:
                 limit = lowered.get(f"anthropic-ratelimit-{kind}-limit")
-                resets.append(_one_unit(max(0.0, moment - received_at), limit))
+                resets.append(_one_unit(_until(moment, received_at), limit))
     for remaining_name, reset_name, read_reset in _PLAIN_PAIRS:
         if _spent(lowered.get(remaining_name)):
             reset = read_reset(lowered.get(reset_name), received_at)
@@ -206,7 +218,7 @@ def request_budget(
     moment = rfc3339_timestamp(lowered.get("anthropic-ratelimit-requests-reset"))
     if remaining is not None and moment is not None:
         limit = _limit(lowered.get("anthropic-ratelimit-requests-limit"))
-        found.append((remaining, max(0.0, moment - received_at), limit))
+        found.append((remaining, _until(moment, received_at), limit))
     for remaining_name, reset_name, read_reset in _PLAIN_PAIRS:
         remaining = _count(lowered.get(remaining_name))
         reset = read_reset(lowered.get(reset_name), received_at)
@@ -237,7 +249,7 @@ def token_budget(
         moment = rfc3339_timestamp(lowered.get(f"anthropic-ratelimit-{kind}-reset"))
         if remaining is not None and moment is not None:
             limit = _limit(lowered.get(f"anthropic-ratelimit-{kind}-limit"))
-            found.append((remaining, max(0.0, moment - received_at), limit))
+            found.append((remaining, _until(moment, received_at), limit))
     return min(found, key=lambda budget: budget[0]) if found else None
 
 

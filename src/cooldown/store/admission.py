@@ -56,6 +56,11 @@ class Budget(NamedTuple):
         share = min(1.0, (now - self.announced) / (self.reset - self.announced))
         return self.remaining + (self.limit - self.remaining) * share
 
+    def ends(self, maximum: float) -> float:
+        """Its reset, but never more than the call's maximum after the answer that said it
+        (a reset of 31 years holds a key no longer than a cooldown could)."""
+        return min(self.reset, self.announced + maximum)
+
     def moment(self, need: float, in_flight: int) -> float:
         """When `need` units beyond those in flight are there: as they refill, or at the
         reset without a limit."""
@@ -168,13 +173,15 @@ class Admission:
         *,
         oversize: bool = False,
         account: bytes | None = None,
+        maximum: float = math.inf,
     ) -> tuple[float, Load]:
         """Until when the key is held back for this scope (0.0: it may be dispatched now;
         `now + 1` while its probe is out; while its budget's requests, or its tokens less
         those in flight, are fewer than one request or `cost` needs, until enough is back),
         and how busy it is. The budgets are the `account`'s when the key is in one. An
         `oversize` request (larger than every candidate's token limit) is held by no token
-        budget and ranks keys by their limit: the provider decides. Call `expire` first."""
+        budget and ranks keys by their limit: the provider decides. No hold outlasts `maximum`
+        seconds from the answer that made it. Call `expire` first."""
         in_flight = self._in_flight.get(entry, 0)
         last = self._last_dispatch.get(entry, -math.inf)
         if entry in self._probing:
@@ -182,20 +189,22 @@ class Admission:
         owner = entry if account is None else account
         hold = weight = 0.0
         if self._token_budgets:  # the common case has none: nothing to look up
-            hold, weight = self._token_hold(owner, now, 1 if cost is None else cost, oversize)
+            need = 1 if cost is None else cost
+            hold, weight = self._token_hold(owner, now, need, oversize, maximum)
         budget = self._budgets.get(owner)
         if budget is None:
             return hold, (in_flight, weight, True, math.inf, last)
-        if budget.reset <= now:
+        ends = budget.ends(maximum)
+        if ends <= now:
             del self._budgets[owner]
             return hold, (in_flight, weight, True, math.inf, last)
         spending = in_flight if account is None else self._in_flight.get(account, 0)
         if budget.level(now) - spending < 1:  # no request left until one more refills
-            hold = max(hold, budget.moment(1, spending))
+            hold = max(hold, min(ends, budget.moment(1, spending)))
         return hold, (in_flight, weight, False, budget.reset, last)
 
     def _token_hold(
-        self, owner: bytes, now: float, need: int, oversize: bool
+        self, owner: bytes, now: float, need: int, oversize: bool, maximum: float
     ) -> tuple[float, float]:
         """(until when the key's tokens cannot hold `need` beyond those in flight, minus its
         token headroom for the spread order); (0.0, 0.0) without a token budget. For an
@@ -203,14 +212,16 @@ class Admission:
         budget = self._token_budgets.get(owner)
         if budget is None:
             return 0.0, 0.0
-        if budget.reset <= now:
+        ends = budget.ends(maximum)
+        if ends <= now:
             del self._token_budgets[owner]
             return 0.0, 0.0
         if oversize:
             return 0.0, -float(budget.largest)
         in_flight = self._cost_in_flight.get(owner, 0)
         headroom = budget.level(now) - in_flight
-        return (budget.moment(need, in_flight) if headroom < need else 0.0), -headroom
+        hold = min(ends, budget.moment(need, in_flight)) if headroom < need else 0.0
+        return hold, -headroom
 
     @property
     def knows_tokens(self) -> bool:

@@ -138,7 +138,7 @@ def explain_keys(
 
     A free key whose probe is out (`"probe"`) or whose announced budget is spent
     (`"budget"`) is held too, as `dispatch` sees it."""
-    _, prefix, keys, scope, legacy, _, shared, _, labels = lookup
+    ceiling, prefix, keys, scope, legacy, _, shared, _, labels = lookup
     scope_digest = None if scope is None else digest(scope)
     accounts = {}
     if scope_digest is not None:
@@ -157,7 +157,9 @@ def explain_keys(
         )
         reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
         if release <= now and scope_digest is not None:
-            release, _ = admission.weigh(credential + scope_digest, now, account=accounts.get(key))
+            release, _ = admission.weigh(
+                credential + scope_digest, now, account=accounts.get(key), maximum=ceiling
+            )
             reason = "probe" if admission.probing(credential + scope_digest) else "budget"
         if release > now:
             explained.append((reason, release))  # retry advice caps it at the maximum
@@ -185,7 +187,7 @@ def admissible(
     `stop_at_free_outside` ends the scan at the first free key not in it: a dispatch needs
     no more. `cost` is the request's tokens, held against each key's (or its account's)
     token budget."""
-    _, prefix, keys, scope, legacy, _, _, _, labels = lookup
+    ceiling, prefix, keys, scope, legacy, _, _, _, labels = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
     accounts = account_entries(digest, prefix, keys, labels, scope_digest)
@@ -217,7 +219,9 @@ def admissible(
         load = _NO_LOAD
         account = accounts.get(key) if accounts else None
         if release <= now:
-            release, load = admission.weigh(entry, now, cost, oversize=oversize, account=account)
+            release, load = admission.weigh(
+                entry, now, cost, oversize=oversize, account=account, maximum=ceiling
+            )
         if release <= now:
             free.append((load if spread else _NO_LOAD, position, key, credential, entry, account))
             if stop_at_free_outside is not None and key not in stop_at_free_outside:

@@ -1,0 +1,135 @@
+"""What `send` gives back cannot break `dispatch`: resets of any size are bounded by
+`max_seconds` on every path, and this package's own errors are never the upstream's answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cooldown import APIError, CredentialPool, ModelCooldownExhausted
+
+P = "untrusted"
+KEYS = ["sk-untrusted-first-0123", "sk-untrusted-second-0123"]
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        self.status_code = status
+        self.headers = headers
+
+
+@pytest.fixture(autouse=True)
+def pool(monkeypatch: pytest.MonkeyPatch, enabled: None) -> None:
+    monkeypatch.setattr(CredentialPool, "_providers", dict(CredentialPool._providers))
+    CredentialPool.register(P, keys=KEYS[:1])
+
+
+HUGE_RESETS = [
+    {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "99999999h"},
+    {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "99999999999999ms"},
+    {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "99999999999"},
+    {"ratelimit-remaining": "0", "ratelimit-reset": "9" * 300},
+    {
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "9999-12-31T23:59:59Z",
+    },
+    {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "99999999999999ms"},
+    {
+        "x-ratelimit-remaining-tokens": "5",
+        "x-ratelimit-limit-tokens": "100",
+        "x-ratelimit-reset-tokens": "99999999h",
+    },
+    {
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-input-tokens-reset": "9999-12-31T23:59:59Z",
+    },
+]
+
+
+@pytest.mark.parametrize("headers", HUGE_RESETS)
+def test_a_served_answer_with_a_huge_reset_is_returned(headers: dict[str, str]) -> None:
+    answer = Answer(200, headers)
+    assert CredentialPool.dispatch(P, lambda key: answer, model="m", now=1000.0) is answer
+
+
+@pytest.mark.parametrize("headers", HUGE_RESETS)
+def test_a_throttle_with_a_huge_reset_is_our_429_within_the_maximum(
+    headers: dict[str, str],
+) -> None:
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        CredentialPool.dispatch(P, lambda key: Answer(429, headers), model="m", now=1000.0)
+    assert 1 <= raised.value.retry_after <= 3600
+
+
+def spend_tokens(now: float) -> None:
+    """500 tokens seen once (so 10 is no oversize request), then none left for 31 years."""
+    for remaining, reset in (("500", "1s"), ("0", "999999999s")):
+        headers = {"x-ratelimit-remaining-tokens": remaining, "x-ratelimit-reset-tokens": reset}
+        answer = Answer(200, headers)
+        CredentialPool.dispatch(P, lambda key, given=answer: given, model="m", now=now, cost=10)
+
+
+def ask(now: float) -> Any:
+    return CredentialPool.dispatch(P, lambda key: Answer(200, {}), model="m", now=now, cost=10)
+
+
+def test_a_token_budget_holds_no_longer_than_the_maximum() -> None:
+    spend_tokens(1000.0)
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        ask(1001.0)
+    assert raised.value.retry_after <= 3600
+    assert ask(1000.0 + 3600).status_code == 200
+
+
+def test_lowering_the_maximum_shortens_a_live_budget_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spend_tokens(1000.0)
+    monkeypatch.setenv("MODEL_COOLDOWN_MAX_SECONDS", "60")
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        ask(1030.0)
+    assert raised.value.retry_after <= 60  # live cooldowns are cut to the new maximum too
+    assert ask(1091.0).status_code == 200
+
+
+def test_a_spent_request_budget_holds_no_longer_than_the_maximum() -> None:
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "9999999s"}
+    CredentialPool.dispatch(P, lambda key: Answer(200, headers), model="m", now=1000.0)
+    with pytest.raises(ModelCooldownExhausted):
+        ask(1001.0)
+    assert ask(1000.0 + 3600).status_code == 200
+
+
+# -- this package's own errors are not upstream evidence -------------------------------------
+
+
+def test_an_application_apierror_inside_send_cools_nothing() -> None:
+    CredentialPool.register(P, keys=KEYS)
+    sent: list[str] = []
+
+    def send(key: str) -> Answer:
+        sent.append(key)
+        raise APIError("the application refused", 401)
+
+    with pytest.raises(APIError, match="the application refused"):
+        CredentialPool.dispatch(P, send, model="m", now=0.0)
+    assert sent == KEYS[:1]  # propagated at once, no rotation
+    assert CredentialPool.status(P, model="m", now=1.0)["cooling"] == 0
+    assert CredentialPool.status(P, now=1.0)["cooling"] == 0  # not credential-wide either
+
+
+def test_a_nested_dispatchs_429_cools_no_outer_key() -> None:
+    CredentialPool.register(P, keys=KEYS)
+    CredentialPool.register("inner", keys=["sk-inner-0123456789"])
+
+    def inner_throttled(key: str) -> Answer:
+        return Answer(429, {"Retry-After": "30"})
+
+    def outer(key: str) -> Any:
+        return CredentialPool.dispatch("inner", inner_throttled, model="m", now=0.0)
+
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.dispatch(P, outer, model="m", now=0.0)
+    assert CredentialPool.status(P, model="m", now=1.0)["cooling"] == 0
+    assert CredentialPool.status("inner", model="m", now=1.0)["cooling"] == 1
