@@ -35,16 +35,38 @@ def test_a_client_is_built_once_per_key() -> None:
     assert Client.built == ["sk-a"]
 
 
-def test_the_least_recently_used_is_dropped_and_closed() -> None:
+def test_the_least_recently_used_is_dropped_but_not_closed_under_its_holder() -> None:
     clients = KeyedClients(Client, max_size=2)
     first, second = clients["sk-a"], clients["sk-b"]
     clients["sk-a"]  # used again: now "sk-b" is the least recent
     third = clients["sk-c"]
     assert len(clients) == 2
-    assert second.closed
-    assert not first.closed
-    assert not third.closed
+    assert not second.closed  # this test still holds it: a call on it may be under way
     assert clients["sk-b"] is not second  # rebuilt on demand
+    clients.close()  # shutdown closes what is still alive, dropped or held
+    assert second.closed
+    assert first.closed
+    assert third.closed
+
+
+def test_a_call_under_way_survives_its_clients_eviction() -> None:
+    in_call, evicted = threading.Event(), threading.Event()
+    outcome: list[str] = []
+
+    class Busy(Client):
+        def call(self) -> None:
+            in_call.set()
+            evicted.wait(timeout=5)
+            outcome.append("closed" if self.closed else "served")
+
+    clients: KeyedClients[Busy] = KeyedClients(Busy, max_size=1)
+    caller = threading.Thread(target=lambda: clients["sk-a"].call())
+    caller.start()
+    assert in_call.wait(timeout=5)
+    clients["sk-b"]  # evicts sk-a's client while its call is under way
+    evicted.set()
+    caller.join(timeout=5)
+    assert outcome == ["served"]
 
 
 def test_close_closes_every_client_held() -> None:
@@ -55,27 +77,39 @@ def test_close_closes_every_client_held() -> None:
     assert len(clients) == 0
 
 
-def test_threads_racing_for_one_key_share_one_client_and_the_surplus_is_closed() -> None:
-    gate = threading.Barrier(8)
+def test_threads_racing_for_one_key_wait_for_one_build() -> None:
+    gate = threading.Barrier(8)  # seven askers and this test
 
     def slow(key: str) -> Client:
-        gate.wait(timeout=5)  # every thread builds at once
+        building.set()
+        release.wait(timeout=5)  # every other thread asks while this build is under way
         return Client(key)
 
+    building, release = threading.Event(), threading.Event()
     clients = KeyedClients(slow)
     got: list[Client] = []
-    threads = [threading.Thread(target=lambda: got.append(clients["sk-a"])) for _ in range(8)]
-    for thread in threads:
+
+    def ask() -> None:
+        if threading.current_thread() is not threads[0]:
+            gate.wait(timeout=5)
+        got.append(clients["sk-a"])
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    threads[0].start()
+    assert building.wait(timeout=5)
+    for thread in threads[1:]:
         thread.start()
+    gate.wait(timeout=5)  # the seven others are asking now ...
+    threading.Event().wait(0.05)  # ... and reach the build under way before it ends
+    release.set()
     for thread in threads:
         thread.join(timeout=5)
     assert len({id(client) for client in got}) == 1
-    assert len(Client.built) == 8
-    assert sum(not client.closed for client in got) == 8  # the kept one is open
+    assert Client.built == ["sk-a"]  # the first caller builds; the others wait for it
     assert len(clients) == 1
 
 
-def test_a_dropped_async_client_is_closed_on_the_running_loop() -> None:
+def test_aclose_closes_dropped_and_held_async_clients() -> None:
     async def main() -> list[bool]:
         clients = KeyedClients(
             lambda key: openai.AsyncOpenAI(
@@ -84,15 +118,71 @@ def test_a_dropped_async_client_is_closed_on_the_running_loop() -> None:
             max_size=1,
         )
         first = clients["sk-a"]
-        clients["sk-b"]  # drops "sk-a": its aclose is scheduled on this loop
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        closed = [first.is_closed()]
-        held = clients["sk-b"]
+        held = clients["sk-b"]  # drops "sk-a" unclosed: its holder may be mid-call
+        dropped_open = not first.is_closed()
         await clients.aclose()
-        return [*closed, held.is_closed()]
+        return [dropped_open, first.is_closed(), held.is_closed()]
+
+    assert asyncio.run(main()) == [True, True, True]
+
+
+def test_an_async_client_serves_only_the_event_loop_it_was_built_on() -> None:
+    clients = KeyedClients(lambda key: openai.AsyncOpenAI(api_key=key, max_retries=0))
+
+    async def fetch_twice() -> tuple[object, object]:
+        return clients["sk-a"], clients["sk-a"]
+
+    first_loop = asyncio.run(fetch_twice())
+    second_loop = asyncio.run(fetch_twice())  # a Flask async view: a new loop per request
+    assert first_loop[0] is first_loop[1]
+    assert second_loop[0] is second_loop[1]
+    assert second_loop[0] is not first_loop[0]
+    assert len(clients) == 1
+
+
+def test_a_sync_client_serves_every_thread_and_loop() -> None:
+    clients = KeyedClients(Client)
+    built_outside = clients["sk-a"]
+
+    async def inside() -> Client:
+        return clients["sk-a"]
+
+    assert asyncio.run(inside()) is built_outside
+
+
+def test_every_close_is_tried_and_the_first_failure_raised() -> None:
+    class Failing(Client):
+        def close(self) -> None:
+            raise OSError("close failed")
+
+    async def main() -> list[bool]:
+        clients = KeyedClients(lambda key: Failing(key) if key == "sk-a" else Client(key))
+        clients["sk-a"]  # closed first: its failure must not stop the others
+        others = [clients["sk-b"], clients["sk-c"]]
+        with pytest.raises(OSError, match="close failed"):
+            await clients.aclose()
+        return [client.closed for client in others]
 
     assert asyncio.run(main()) == [True, True]
+    clients = KeyedClients(lambda key: Failing(key) if key == "sk-a" else Client(key))
+    clients["sk-a"]
+    later = clients["sk-b"]
+    with pytest.raises(OSError, match="close failed"):
+        clients.close()
+    assert later.closed
+
+
+def test_a_factory_that_retries_is_warned_about_when_it_builds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clients = KeyedClients(lambda key: openai.OpenAI(api_key=key))  # max_retries=2 by default
+    with caplog.at_level("WARNING", "cooldown"):
+        clients["sk-retrying-0123456789"]
+        clients["sk-retrying-9876543210"]
+    warned = [r for r in caplog.records if "max_retries" in r.getMessage()]
+    assert len(warned) == 1
+    assert "sk-retrying" not in caplog.text
+    clients.close()
 
 
 def test_a_dropped_async_client_without_a_loop_is_left_to_the_collector() -> None:

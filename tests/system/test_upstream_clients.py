@@ -21,7 +21,7 @@ import openai
 import pytest
 import requests
 from flask import Flask, Response, request
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from cooldown import (
     CooldownError,
@@ -68,11 +68,17 @@ def message(key: str) -> dict[str, Any]:
     }
 
 
+class KeepAliveHandler(WSGIRequestHandler):
+    """HTTP/1.1 with keep-alive, as providers answer: clients pool their connections."""
+
+    protocol_version = "HTTP/1.1"
+
+
 class Upstream:
     """A loopback provider speaking OpenAI's and Anthropic's shapes; it counts requests per key
     and answers each key as told. Its 401 quotes a fragment of the key, as OpenAI's does."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_alive: bool = False) -> None:
         self.answers: dict[str, tuple[int, dict[str, str]]] = {}
         self.requests: Counter[str] = Counter()
         self.retry_counts: list[str | None] = []
@@ -95,7 +101,8 @@ class Upstream:
             served = message(key) if request.path.endswith("messages") else completion(key)
             return Response(json.dumps(served), mimetype="application/json")
 
-        self.server = make_server("127.0.0.1", 0, app, threaded=True)
+        handler = KeepAliveHandler if keep_alive else WSGIRequestHandler
+        self.server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -304,6 +311,37 @@ def test_an_async_stream_is_returned_unread(pool: None, upstream: Upstream) -> N
     upstream.answers[KEYS[0]] = REVOKED
     assert asyncio.run(main()) == ["hi"]
     assert upstream.per_key() == [1, 1]
+
+
+def test_a_flask_async_view_with_keyed_async_clients_serves_every_request(pool: None) -> None:
+    """Flask runs each async view on a new event loop and closes it after: a client kept
+    from an earlier request's loop (its pooled connection bound to that loop) must not
+    serve the next one."""
+    from cooldown import KeyedClients
+
+    upstream = Upstream(keep_alive=True)
+
+    app = Flask("async-gateway")
+    init_app(app, error_format="openai")
+    clients = KeyedClients(
+        lambda key: openai.AsyncOpenAI(base_url=upstream.base_url, api_key=key, max_retries=0)
+    )
+
+    @app.post("/v1/chat/completions")
+    async def chat() -> dict[str, Any]:
+        completion = await CredentialPool.adispatch(
+            P,
+            lambda key: clients[key].chat.completions.create(model=MODEL, messages=MESSAGES),  # type: ignore[arg-type]
+            model=MODEL,
+        )
+        return completion.model_dump()  # type: ignore[no-any-return]
+
+    test_client = app.test_client()
+    statuses = [test_client.post("/v1/chat/completions").status_code for _ in range(4)]
+    upstream.server.shutdown()
+    upstream.server.server_close()
+    assert statuses == [200, 200, 200, 200]
+    assert len(clients) <= len(KEYS)  # one per key, not one per request
 
 
 # -- 2. what is not an answer ----------------------------------------------------------------------
