@@ -172,3 +172,124 @@ def test_scoped_dispatch_rotates_over_keys_from_code(enabled: None) -> None:
 
     assert CredentialPool.dispatch(P, send, model="m", order="configured").status_code == 200
     assert sent == ["sk-a", "sk-b"]
+
+
+# -- a source that overruns, gives nothing, or would stall an event loop --------------------
+
+
+@pytest.fixture
+def short_calls(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Calls abandoned after 50 ms (instead of 5 s), on a clock the test moves."""
+    clock = [0.0]
+    monkeypatch.setattr(code_keys, "CALL_SECONDS", 0.05)
+    monkeypatch.setattr(code_keys.time, "monotonic", lambda: clock[0])
+    return clock
+
+
+def test_a_call_that_overruns_is_abandoned_and_the_next_refresh_calls_again(
+    short_calls: list[float], caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    release = threading.Event()
+    answers = iter([["sk-good"], None, ["sk-newer"]])  # None: hang until released
+    calls: list[int] = []
+
+    def vault() -> list[str]:
+        calls.append(1)
+        answer = next(answers)
+        if answer is None:
+            release.wait(timeout=5)
+            return ["sk-late"]
+        return answer
+
+    CredentialPool.register(P, keys=vault)
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        assert CredentialPool.keys(P) == ["sk-good"]
+        short_calls[0] += 1
+        assert CredentialPool.keys(P) == ["sk-good"]  # abandoned after 50 ms: the last good
+        short_calls[0] += 1
+        assert CredentialPool.keys(P) == ["sk-newer"]  # the next refresh called it again
+    release.set()
+    assert len(calls) == 3
+    overran = [r for r in caplog.records if "did not return" in r.getMessage()]
+    assert len(overran) == 1
+    assert "sk-" not in caplog.text
+
+
+def test_a_first_call_that_overruns_means_no_keys_at_once(short_calls: list[float]) -> None:
+    release = threading.Event()
+    CredentialPool.register(P, keys=lambda: release.wait(timeout=5) and ["sk-late"])  # type: ignore[arg-type, return-value]
+    waited = time.perf_counter()
+    assert CredentialPool.keys(P) == []
+    assert CredentialPool.select(P) is None
+    release.set()
+    assert time.perf_counter() - waited < 2  # not the 10 s every request used to wait
+
+
+def test_a_source_that_never_returns_holds_at_most_a_few_threads(
+    short_calls: list[float],
+) -> None:
+    release = threading.Event()
+    calls: list[int] = []
+
+    def hung() -> list[str]:
+        calls.append(1)
+        release.wait(timeout=5)
+        return ["sk-late"]
+
+    CredentialPool.register(P, keys=hung)
+    for _ in range(code_keys.MAX_ABANDONED_CALLS + 3):
+        assert CredentialPool.keys(P) == []
+        short_calls[0] += 1
+    release.set()
+    assert len(calls) == code_keys.MAX_ABANDONED_CALLS
+
+
+def test_a_source_returning_none_keeps_the_last_good_keys_with_one_warning(
+    short_calls: list[float], caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    answers = iter([["sk-good"], None, None])
+    CredentialPool.register(P, keys=lambda: next(answers))  # type: ignore[arg-type, return-value]
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        assert CredentialPool.keys(P) == ["sk-good"]
+        for _ in range(2):
+            short_calls[0] += 1
+            assert CredentialPool.keys(P) == ["sk-good"]
+            assert CredentialPool.status(P)["ready"] == 1
+    assert len([r for r in caplog.records if "returned None" in r.getMessage()]) == 1
+
+
+def test_adispatch_reads_a_slow_source_off_the_event_loop(enabled: None) -> None:
+    import asyncio
+
+    def vault() -> list[str]:
+        threading.Event().wait(0.3)  # a secret manager's round trip
+        return ["sk-vault-0123456789"]
+
+    CredentialPool.register(P, keys=vault)
+
+    class Served:
+        status_code = 200
+        headers: dict[str, str] = {}  # noqa: RUF012
+
+    async def send(key: str) -> Served:
+        return Served()
+
+    async def main() -> float:
+        longest, stop = 0.0, asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal longest
+            last = time.perf_counter()
+            while not stop.is_set():
+                await asyncio.sleep(0.005)
+                longest = max(longest, time.perf_counter() - last)
+                last = time.perf_counter()
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.sleep(0.02)
+        assert await CredentialPool.adispatch(P, send, model="m") is not None
+        stop.set()
+        await ticking
+        return longest
+
+    assert asyncio.run(main()) < 0.1  # the 0.3 s read happened in a worker thread

@@ -3,12 +3,15 @@
 A callable is called on first use and again once its last result is more than a second old,
 never more often, and never under a lock (it may do I/O). Its result is checked like the
 environment's: placeholders skipped, duplicates dropped in order, anything but strings a
-`TypeError` that names the provider and never the value. When it raises, the last good
-list stands, with one warning per provider that does not quote the exception.
+`TypeError` that names the provider and never the value. When it raises, returns `None` or
+overruns `CALL_SECONDS` (abandoned, still running in its thread), the last good list
+stands, with one warning per provider that does not quote the exception, and the next
+refresh calls it again.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -21,8 +24,15 @@ from ._common import unique_stripped, without_placeholders
 __all__ = ["REFRESH_SECONDS", "CodeKeys", "KeySource"]
 
 REFRESH_SECONDS = 1.0
-FIRST_CALL_WAIT_SECONDS = 10.0
-"""How long a caller waits for another thread's first call to the source, at most."""
+CALL_SECONDS = 5.0
+"""How long one call to a key source may take before it is abandoned (the last good keys
+stand); also how long a caller waits for another thread's first call, at most."""
+MAX_ABANDONED_CALLS = 4
+"""Overrunning calls left running at once; beyond them a due refresh is skipped (a source
+that never returns must not grow threads without end)."""
+OVERRAN = "provider %s: its keys= callable did not return within 5 s; the last good keys are used"
+RAISED = "provider %s: its keys= callable raised; the last good keys are used"
+GAVE_NONE = "provider %s: its keys= callable returned None; the last good keys are used"
 
 KeySource: TypeAlias = Sequence[str] | Callable[[], Sequence[str]]
 
@@ -46,6 +56,7 @@ class CodeKeys:
         self._read_at: float | None = None
         self._first = threading.Event()
         self._refreshing = False
+        self._abandoned = 0
         self._lock = new_lock(self)
         if callable(source):
             self._call = source
@@ -63,7 +74,7 @@ class CodeKeys:
             if mine:
                 self._refreshing, self._read_at = True, now
         if not mine:
-            self._first.wait(FIRST_CALL_WAIT_SECONDS)  # set at once after the first call
+            self._first.wait(CALL_SECONDS)  # set at once after the first call
             return list(self._keys)
         try:
             fresh = self._fresh(self._call)
@@ -75,15 +86,47 @@ class CodeKeys:
             self._keys = fresh
         return list(self._keys)
 
+    def due(self) -> bool:
+        """Would `current()` call the source now? (So an async caller can call it off the
+        event loop.)"""
+        read_at = self._read_at
+        return self._call is not None and (
+            read_at is None or time.monotonic() - read_at >= REFRESH_SECONDS
+        )
+
     def _fresh(self, call: Callable[[], Sequence[str]]) -> list[str] | None:
-        """The source's keys now; `None` (the last good list stands) when it raises."""
-        try:
-            result = call()
-        except Exception:  # its text may quote a secret: never logged
-            warn_once(
-                self._provider,
-                "provider %s: its keys= callable raised; the last good keys are used",
-            )
+        """The source's keys now; `None` (the last good list stands) when it raises, gives
+        `None` or overruns."""
+        with self._lock:
+            if self._abandoned >= MAX_ABANDONED_CALLS:
+                return None
+        outcome: list[tuple[bool, object]] = []
+        done = threading.Event()
+        context = contextvars.copy_context()  # the caller's context (an app's, say) goes along
+
+        def run() -> None:
+            try:
+                outcome.append((True, context.run(call)))
+            except Exception:  # its text may quote a secret: never logged
+                outcome.append((False, None))
+            finally:
+                done.set()
+                with self._lock:
+                    if abandoned:
+                        self._abandoned -= 1
+
+        abandoned = False
+        threading.Thread(target=run, name="cooldown-key-source", daemon=True).start()
+        if not done.wait(CALL_SECONDS):
+            with self._lock:
+                abandoned = not done.is_set()
+                self._abandoned += abandoned
+            if abandoned:
+                warn_once(self._provider, OVERRAN)
+                return None
+        returned, result = outcome[0]
+        if not returned or result is None:
+            warn_once(self._provider, RAISED if not returned else GAVE_NONE)
             return None
         return _checked(self._provider, result)
 

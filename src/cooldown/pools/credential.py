@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -177,9 +179,11 @@ class CredentialPool(KeyRecording):
         """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp, AsyncOpenAI).
 
         The same loop and rules as `dispatch`. With Redis sharing on, every step that may
-        reach Redis runs in a worker thread, so the event loop never waits on it.
+        reach Redis (attaching to it included) runs in a worker thread, so the event loop
+        never waits on it; so does a step that calls a `keys=` callable.
         """
-        steps = steps_for(
+        build = functools.partial(
+            steps_for,
             cls,
             provider,
             model,
@@ -192,7 +196,9 @@ class CredentialPool(KeyRecording):
             advice,
             cost,
         )
-        return await arotate(steps, send, offload=shared_state_configured())
+        offload = shared_state_configured() or cls._reads_keys_now(provider)
+        steps = await asyncio.to_thread(build) if offload else build()
+        return await arotate(steps, send, offload=offload)
 
     @classmethod
     def status(

@@ -37,6 +37,13 @@ class KeySelection:
         return discover(source, numbered_keys(source), environ)
 
     @classmethod
+    def _reads_keys_now(cls, provider: str) -> bool:
+        """Would reading `provider`'s keys call its `keys=` callable now (a secret manager
+        read, which an async caller makes off the event loop)?"""
+        source = cls._providers.get(provider)
+        return isinstance(source, CodeKeys) and source.due()
+
+    @classmethod
     def accounts(cls, provider: str) -> AccountMap:
         """Position -> account label: registered ones, else `MODEL_COOLDOWN_ACCOUNTS`."""
         registered = cls._accounts.get(provider)
