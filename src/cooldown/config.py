@@ -326,8 +326,10 @@ def _as_setting(value: object) -> str:
     """An `app.config` value in the environment's terms: booleans and ints as such."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, str)):
+    if isinstance(value, int) and value.bit_length() <= 64:  # str() of 4300+ digits raises
         return str(value)
+    if isinstance(value, str):
+        return value
     return _MALFORMED_APP_VALUE
 
 

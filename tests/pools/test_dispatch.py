@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from werkzeug.serving import make_server
 from cooldown import (
     CredentialPool,
     ModelCooldownExhausted,
+    init_app,
     model_cooldown,
     upstream_model,
 )
@@ -242,11 +244,31 @@ def test_quota_buckets_from_app_config(enabled: None, pool: None, upstream: Upst
     assert CredentialPool.select(P, model="gpt-4o-mini") == KEYS[0]  # outside: no bucket
 
 
-def test_wrong_app_config_buckets_are_a_type_error(enabled: None, pool: None) -> None:
+@pytest.mark.parametrize("buckets", ["tier", ["x"], {P: 5}, {P: {"gpt-4o": 5}}, {5: "tier"}])
+def test_malformed_app_config_buckets_warn_at_init_app_and_never_fail_a_request(
+    enabled: None,
+    pool: None,
+    upstream: Upstream,
+    buckets: object,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warnings: None,
+) -> None:
     app = Flask("bad-buckets")
-    app.config["MODEL_COOLDOWN_QUOTA_BUCKETS"] = "tier"
-    with app.app_context(), pytest.raises(TypeError, match="quota_buckets"):
-        CredentialPool.dispatch(P, Mock(), model="gpt-4o")
+    app.config["MODEL_COOLDOWN_QUOTA_BUCKETS"] = buckets
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        init_app(app)
+        warned_at_init = [r for r in caplog.records if "QUOTA_BUCKETS" in r.getMessage()]
+        with app.app_context():
+            answer = CredentialPool.dispatch(P, with_requests(upstream), model="gpt-4o")
+    assert answer is not None
+    assert answer.status_code == 200
+    assert len(warned_at_init) == 1
+    assert "tier" not in caplog.text
+
+
+def test_a_wrong_quota_buckets_argument_is_a_type_error(enabled: None, pool: None) -> None:
+    with pytest.raises(TypeError, match="quota_buckets"):
+        CredentialPool.dispatch(P, Mock(), model="gpt-4o", quota_buckets="tier")  # type: ignore[arg-type]
 
 
 def test_send_returning_none_is_a_type_error_naming_send(pool: None) -> None:

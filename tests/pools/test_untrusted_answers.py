@@ -133,3 +133,22 @@ def test_a_nested_dispatchs_429_cools_no_outer_key() -> None:
         CredentialPool.dispatch(P, outer, model="m", now=0.0)
     assert CredentialPool.status(P, model="m", now=1.0)["cooling"] == 0
     assert CredentialPool.status("inner", model="m", now=1.0)["cooling"] == 1
+
+
+def test_a_full_table_answers_our_503_never_the_upstreams_401() -> None:
+    from cooldown import (
+        MAX_ENTRIES,
+        ModelCooldownCapacity,
+        classify_upstream_outcome,
+        model_cooldown,
+    )
+
+    CredentialPool.register(P, keys=KEYS)
+    throttled = classify_upstream_outcome(429)
+    for index in range(MAX_ENTRIES):  # other keys' cooldowns fill the table
+        model_cooldown.record(
+            "filler", f"sk-filler-{index}", throttled, model="m", retry_after_seconds=600, now=0
+        )
+    revoked = Answer(401, {"x-leak": "Incorrect API key provided: sk-untr***0123"})
+    with pytest.raises(ModelCooldownCapacity):
+        CredentialPool.dispatch(P, lambda key: revoked, model="m", now=1.0)

@@ -152,3 +152,16 @@ def test_no_unscoped_warning_while_the_feature_is_off(
         CredentialPool.select(P)
         CredentialPool.status(P)
     assert not [r for r in caplog.records if "no model" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "name", ["MODEL_COOLDOWN_MAX_SECONDS", "MODEL_COOLDOWN_LEASE_SECONDS", "MODEL_COOLDOWN_ENABLED"]
+)
+@pytest.mark.parametrize("value", [10**5000, -(10**5000)], ids=["huge", "huge-negative"])
+def test_an_int_too_long_to_print_is_a_malformed_setting_not_an_error(
+    name: str, value: int, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        app_with(**{name: value})
+        settings()
+    assert any(name in r.getMessage() and "malformed" in r.getMessage() for r in caplog.records)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import TypeAlias, TypedDict
 from urllib.parse import unquote
 
-from flask import current_app, has_app_context
-
 from ..arguments import wall_clock
-from ..config import settings
+from ..config import settings, warn_once
 from .headers import Headers, header_value, lowered_headers
 from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
 from .ratelimit import millisecond_advice, spent_window_reset
@@ -29,6 +27,36 @@ __all__ = [
 QUOTA_BUCKETS_CONFIG = "MODEL_COOLDOWN_QUOTA_BUCKETS"
 
 QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
+
+_app_setting: list[Callable[[str], object]] = [lambda name: None]
+"""How a setting of the current app is read; `cooldown.web` installs Flask's (`app.config`
+inside an app context), so nothing below the web layer imports a framework."""
+
+
+def read_app_settings_with(reader: Callable[[str], object]) -> None:
+    _app_setting[0] = reader
+
+
+def checked_quota_buckets(value: object) -> QuotaBuckets | None:
+    """An app's `MODEL_COOLDOWN_QUOTA_BUCKETS` when it is usable: provider -> bucket, or
+    provider -> {model: bucket}, all strings; anything else is `None` with one warning
+    naming the setting (never its value), so a request never fails on it."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping) and all(
+        isinstance(provider, str)
+        and (
+            isinstance(bucket, str)
+            or (
+                isinstance(bucket, Mapping)
+                and all(isinstance(m, str) and isinstance(b, str) for m, b in bucket.items())
+            )
+        )
+        for provider, bucket in value.items()
+    ):
+        return value
+    warn_once(QUOTA_BUCKETS_CONFIG, "%s is malformed; no quota buckets apply")
+    return None
 
 
 class SelectionScope(TypedDict, total=False):
@@ -124,11 +152,12 @@ def selection_scope(
 
     The bucket comes only from explicit configuration: `quota_buckets[provider]` is one
     bucket for every model of the provider, or a mapping from member model to bucket.
-    Without `quota_buckets`, inside a Flask app, `app.config["MODEL_COOLDOWN_QUOTA_BUCKETS"]`.
+    Without `quota_buckets`, inside a Flask app, `app.config["MODEL_COOLDOWN_QUOTA_BUCKETS"]`
+    (malformed there: none, with one warning).
     """
-    if quota_buckets is None and has_app_context():
-        quota_buckets = current_app.config.get(QUOTA_BUCKETS_CONFIG)
-    if quota_buckets is not None and not isinstance(quota_buckets, Mapping):
+    if quota_buckets is None:
+        quota_buckets = checked_quota_buckets(_app_setting[0](QUOTA_BUCKETS_CONFIG))
+    elif not isinstance(quota_buckets, Mapping):
         raise TypeError("quota_buckets must be a mapping of provider to bucket or {model: bucket}")
     if not settings(environ).enabled:
         return {}

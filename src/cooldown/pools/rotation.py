@@ -63,7 +63,8 @@ def rotation(
     ends each attempt whatever happens (`send` raising, the caller leaving, a 429 raised).
     `rest(tried)` is the pool's next admission: on the scoped path it raises
     `ModelCooldownExhausted` when every key now cools, and that 429 replaces the last throttle
-    or auth rejection (the client's own credentials are not what failed); `None` when the
+    or auth rejection (the client's own credentials are not what failed), as the 503 of a
+    full table does; `None` when the
     free keys were all tried, and then the last answer stands. A status in `rotate_on` moves
     to the next untried free key, cooling nothing; when none is free, its answer stands.
     `retried` hears of an answer an SDK retried inside `send`; `read` turns an answer into
@@ -94,7 +95,9 @@ def rotation(
             if rotating:  # every key now cools: our 429 replaces the key's answer
                 raise
             return answer
-        except CooldownError:  # a capacity guard: some key is free, this answer stands
+        except CooldownError:  # the table is full: after a key problem, our 503 replaces it
+            if rotating:  # (an upstream 401 may quote its key; never hand it on)
+                raise
             return answer
     return answer
 

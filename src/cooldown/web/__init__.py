@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import Any
 
-from flask import Flask
+from flask import Flask, current_app, has_app_context
 
 from ..config import (
     ENABLED_ENV,
@@ -16,6 +16,7 @@ from ..config import (
     warn_once,
 )
 from ..errors import APIError, ModelCooldownCapacity, ModelCooldownExhausted
+from ..evidence.advice import QUOTA_BUCKETS_CONFIG, checked_quota_buckets, read_app_settings_with
 from ..pools.accounts import apply_app_accounts
 from ..store import model_cooldown
 from .cli import cooldown_cli
@@ -46,6 +47,14 @@ __all__ = [
     "relay",
     "status_blueprint",
 ]
+
+
+def _flask_app_setting(name: str) -> object:
+    """A setting of the Flask app handling this request (none outside an app context)."""
+    return current_app.config.get(name) if has_app_context() else None
+
+
+read_app_settings_with(_flask_app_setting)
 
 
 def init_app(app: Any, *, error_format: str | None = None, upstream_errors: bool = False) -> None:
@@ -83,6 +92,7 @@ def init_app(app: Any, *, error_format: str | None = None, upstream_errors: bool
     chosen = _error_format(app, error_format)
     apply_app_config(app.config)
     apply_app_accounts(app.config)
+    checked_quota_buckets(app.config.get(QUOTA_BUCKETS_CONFIG))  # malformed: said now, once
     _say_when_off()
     if "cooldown" in app.extensions:
         return
