@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..arguments import resolve_now
-from ..config import CooldownSettings
+from ..config import CooldownSettings, warn_once
 from ..evidence.headers import header_value
 from ..evidence.outcome import UpstreamOutcome
 from ..store import model_cooldown
@@ -23,6 +23,7 @@ __all__ = ["AUTH_REST_SECONDS", "THROTTLE_REST_SECONDS", "KeyRecording"]
 
 AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
+NOT_HELD_WARNING = "provider %s: record() was given a key the pool does not hold; it is ignored"
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -55,7 +56,9 @@ class KeyRecording(KeySelection):
         sent_at: float | None = None,
     ) -> None:
         """Learn from one upstream answer made with `key`; `sent_at` is when its request
-        started (monotonic; default now), so a success sent before a throttle reopens nothing."""
+        started (monotonic; default now), so a success sent before a throttle reopens nothing.
+        On the scoped path a key the pool does not hold is ignored, with one warning per
+        provider: outside input (a client's own bearer token) cannot fill the table."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
         current = scoped_settings(model, quota_bucket, provider)
@@ -65,6 +68,9 @@ class KeyRecording(KeySelection):
             raise TypeError("key must be a str")
         if current is None:
             cls._record_legacy(provider, key, status, resolve_now(now))
+            return
+        if key not in cls.keys(provider):  # outside input (a client's token) fills no table
+            warn_once(provider, NOT_HELD_WARNING)
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
         cls._record_scoped(
