@@ -225,6 +225,29 @@ def test_an_option_the_client_cannot_use_turns_sharing_off_not_cooldowns(
     ]
 
 
+@pytest.mark.parametrize("junk", ["junk", str(2**63 - 1), "a string key"])
+def test_a_broken_fleet_counter_never_stops_sharing_cooldowns(
+    redis_servers: Callable[..., Server], junk: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = redis_servers()
+    if junk == "a string key":
+        server.cli("set", "{trust}:fleet", "not a hash")
+    else:
+        server.cli("hset", "{trust}:fleet", "exhausted_total", junk)
+    one, two = attached(server.url), attached(server.url)
+    one.record(P, K1, THROTTLED, model="m", retry_after_seconds=30, now=0)
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        for now in (1, 2, 3):  # each refusal adds to the broken counter
+            with pytest.raises(ModelCooldownExhausted):
+                one.select(P, [K1], model="m", now=now)
+    two.record(P, K2, THROTTLED, model="m", retry_after_seconds=30, now=4)
+    assert one.available(P, [K1, K2], model="m", now=5) == []  # the other's cooldown arrived
+    assert two.available(P, [K1, K2], model="m", now=5) == []
+    assert one.stats()["shared_degraded"] is False
+    assert one.stats()["shared_errors_total"] == 0
+    assert len([r for r in caplog.records if "fleet counter" in r.getMessage()]) <= 1
+
+
 # -- 6. no lock across I/O ---------------------------------------------------------------------
 
 

@@ -232,7 +232,19 @@ class RedisObservations(ScriptCalls):
 
     def add_to_fleet(self, counter: str, now: float) -> None:
         """Add one to the fleet's `counter` (`{prefix}:fleet`); lost when Redis is down."""
-        self._call_with(now, lambda: self._connected().hincrby(self._fleet_key, counter, 1), bool)
+        self._call_with(now, lambda: self._counted(counter), bool)
+
+    def _counted(self, counter: str) -> int:
+        """`HINCRBY`; a hash holding junk, a count at its limit or a key of another type is a
+        counter problem (said once, the count skipped), never an outage that would stop the
+        fleet sharing its cooldowns."""
+        from redis.exceptions import ResponseError
+
+        try:
+            return int(self._connected().hincrby(self._fleet_key, counter, 1))
+        except ResponseError:
+            warn_once(counter, "the fleet counter %s cannot be written (a value that is no count)")
+            return 0
 
     def fleet_counts(self, now: float) -> dict[str, int] | None:
         """The fleet's counters; a value that is not a sane count reads as 0 (distrust)."""
