@@ -174,3 +174,47 @@ def test_a_sibling_cools_in_another_process_through_redis_within_the_attempts_ro
     other = ModelCooldown()  # another process: nothing local, the same secret and prefix
     other.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=secret.encode())
     assert other.available(P, KEYS, model="m") == [KEYS[2]]
+
+
+# -- positions are places in the list as configured -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [
+        [KEYS[0], "your-api-key-here", KEYS[2]],  # a placeholder copied from a template
+        [KEYS[0], KEYS[0], KEYS[2]],  # a duplicate
+    ],
+    ids=["placeholder", "duplicate"],
+)
+def test_a_dropped_key_moves_no_later_key_into_another_account(
+    enabled: None, configured: list[str]
+) -> None:
+    CredentialPool.register(P, keys=configured, accounts=ACCOUNTS)
+    assert CredentialPool.keys(P) == [KEYS[0], KEYS[2]]
+    assert CredentialPool.key_accounts(P) == {KEYS[0]: "team-a", KEYS[2]: "team-b"}
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0)
+    assert CredentialPool.available(P, model="m", now=1) == [KEYS[2]]  # team-b's, not a sibling
+    accounts = [key["account"] for key in CredentialPool.status(P, model="m", now=1)["keys"]]
+    assert accounts == ["team-a", "team-b"]
+
+
+def test_environment_positions_count_a_placeholder_variable_too(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCOUNTED_KEY", KEYS[0])
+    monkeypatch.setenv("ACCOUNTED_KEY_1", "<your key>")
+    monkeypatch.setenv("ACCOUNTED_KEY_2", KEYS[2])
+    CredentialPool.register(P, "ACCOUNTED_KEY", accounts=ACCOUNTS)
+    assert CredentialPool.key_accounts(P) == {KEYS[0]: "team-a", KEYS[2]: "team-b"}
+
+
+def test_a_position_beyond_the_keys_is_warned_about_once(
+    enabled: None, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    CredentialPool.register(P, keys=KEYS[:2], accounts={"team-a": [1], "team-z": [7]})
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        for _ in range(3):
+            assert CredentialPool.key_accounts(P) == {KEYS[0]: "team-a"}
+    assert len([r for r in caplog.records if "holds no key" in r.getMessage()]) == 1
+    assert "sk-" not in caplog.text

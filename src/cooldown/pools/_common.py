@@ -29,6 +29,7 @@ __all__ = [
     "by_affinity",
     "check_affinity",
     "check_evidence",
+    "configured_positions",
     "key_value",
     "numbered_suffix",
     "scoped_max_seconds",
@@ -59,6 +60,21 @@ def key_value(environ: Mapping[str, object], name: str) -> str:
     """The key configured in `name`, or `""` when unset or a placeholder copied from a template."""
     kept = without_placeholders([(environment_value(environ, name) or "").strip()], name)
     return kept[0] if kept else ""
+
+
+def configured_positions(values: Iterable[object]) -> dict[str, int]:
+    """Each kept key's 1-based place in the list as configured: a blank entry is no place,
+    while a placeholder or a duplicate keeps its place (so the keys after it never shift
+    into another account); a duplicate key keeps its first place."""
+    positions: dict[str, int] = {}
+    place = 0
+    for value in values:
+        text = value.strip() if isinstance(value, str) else ""
+        if text:
+            place += 1
+            if not _PLACEHOLDER.fullmatch(text):
+                positions.setdefault(text, place)
+    return positions
 
 
 def without_placeholders(values: list[str], name: str) -> list[str]:

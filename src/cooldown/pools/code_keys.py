@@ -19,7 +19,7 @@ from typing import TypeAlias
 
 from ..config import warn_once
 from ..forksafe import new_lock
-from ._common import unique_stripped, without_placeholders
+from ._common import configured_positions, unique_stripped, without_placeholders
 
 __all__ = ["REFRESH_SECONDS", "CodeKeys", "KeySource"]
 
@@ -37,13 +37,15 @@ GAVE_NONE = "provider %s: its keys= callable returned None; the last good keys a
 KeySource: TypeAlias = Sequence[str] | Callable[[], Sequence[str]]
 
 
-def _checked(provider: str, values: object) -> list[str]:
+def _checked(provider: str, values: object) -> tuple[list[str], dict[str, int]]:
+    """The keys to pool, and each one's place in the list as given."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"keys for provider {provider!r} must be a sequence of strings")
     listed = list(values)
     if not all(isinstance(value, str) for value in listed):
         raise TypeError(f"keys for provider {provider!r} must all be strings")
-    return unique_stripped(without_placeholders(listed, f"keys for provider {provider!r}"))
+    keys = unique_stripped(without_placeholders(listed, f"keys for provider {provider!r}"))
+    return keys, configured_positions(listed)
 
 
 class CodeKeys:
@@ -53,6 +55,7 @@ class CodeKeys:
         self._provider = provider
         self._call: Callable[[], Sequence[str]] | None = None
         self._keys: list[str] = []
+        self._positions: dict[str, int] = {}
         self._read_at: float | None = None
         self._first = threading.Event()
         self._refreshing = False
@@ -61,7 +64,7 @@ class CodeKeys:
         if callable(source):
             self._call = source
         else:
-            self._keys = _checked(provider, source)
+            self._keys, self._positions = _checked(provider, source)
             self._first.set()
 
     def current(self) -> list[str]:
@@ -83,8 +86,12 @@ class CodeKeys:
                 self._refreshing = False
             self._first.set()
         if fresh is not None:
-            self._keys = fresh
+            self._keys, self._positions = fresh
         return list(self._keys)
+
+    def positions(self) -> dict[str, int]:
+        """Each current key's place in the list the source gave (read with `current()`)."""
+        return dict(self._positions)
 
     def due(self) -> bool:
         """Would `current()` call the source now? (So an async caller can call it off the
@@ -94,7 +101,7 @@ class CodeKeys:
             read_at is None or time.monotonic() - read_at >= REFRESH_SECONDS
         )
 
-    def _fresh(self, call: Callable[[], Sequence[str]]) -> list[str] | None:
+    def _fresh(self, call: Callable[[], Sequence[str]]) -> tuple[list[str], dict[str, int]] | None:
         """The source's keys now; `None` (the last good list stands) when it raises, gives
         `None` or overruns."""
         with self._lock:

@@ -226,7 +226,7 @@ class CredentialPool(KeyRecording):
             model=model,
             quota_bucket=quota_bucket,
             now=current_time,
-            accounts=cls.accounts(provider),
+            accounts=cls._labels(provider, candidates),
         )
 
     @classmethod

@@ -14,20 +14,31 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
-from functools import lru_cache
 from typing import NamedTuple
 
 from ..config import bounded_int, environment_value, warn_once
-from ._common import key_value, numbered_suffix, unique_stripped, without_placeholders
+from ._common import (
+    configured_positions,
+    key_value,
+    numbered_suffix,
+    unique_stripped,
+    without_placeholders,
+)
 
-__all__ = ["RESCAN_SECONDS", "configured_nanogpt_keys", "discover", "numbered_keys"]
+__all__ = [
+    "RESCAN_SECONDS",
+    "configured_nanogpt_keys",
+    "discover",
+    "discovered_positions",
+    "numbered_keys",
+]
 
 RESCAN_SECONDS = 1.0
 """The longest a parse is reused: bounds what no cheap check catches (a variable added
 in the same moment as an unrelated one is removed)."""
 
-Scan = Callable[[Mapping[str, object]], tuple[list[str], list[str]]]
-"""environ -> (the names it read, the keys it found)."""
+Scan = Callable[[Mapping[str, object]], tuple[list[str], list[str], dict[str, int]]]
+"""environ -> (the names it read, the keys it found, each key's place as configured)."""
 
 _DIRECT_ENV = ("NANOGPT_API_KEY", "NANO_GPT_KEY")
 _LIST_ENV = ("NANOGPT_API_KEYS", "NANO_GPT_KEYS")
@@ -40,6 +51,7 @@ class _Parse(NamedTuple):
     names: tuple[object, ...]  # the names read, encoded as os.environ stores them
     raw: tuple[object, ...]  # their stored values (None when unset)
     keys: tuple[str, ...]
+    positions: dict[str, int]
     at: float
 
 
@@ -49,13 +61,26 @@ _encode = getattr(os.environ, "encodekey", None)
 
 def discover(token: str, scan: Scan, environ: Mapping[str, object] | None) -> list[str]:
     """`scan(environ)`'s keys; for the process environment, the last parse while it holds."""
+    return list(_discovered(token, scan, environ).keys)
+
+
+def discovered_positions(
+    token: str, scan: Scan, environ: Mapping[str, object] | None
+) -> dict[str, int]:
+    """Each discovered key's place in the list as configured (see `configured_positions`)."""
+    return dict(_discovered(token, scan, environ).positions)
+
+
+def _discovered(token: str, scan: Scan, environ: Mapping[str, object] | None) -> _Parse:
     data = getattr(os.environ, "_data", None)
     if environ is not None and environ is not os.environ:
         if not isinstance(environ, Mapping) or not all(isinstance(name, str) for name in environ):
             raise TypeError("environ must be a mapping of str to str")
-        return scan(environ)[1]
+        _, keys, positions = scan(environ)
+        return _Parse(0, (), (), tuple(keys), positions, 0.0)
     if not isinstance(data, dict):
-        return scan(os.environ)[1]
+        _, keys, positions = scan(os.environ)
+        return _Parse(0, (), (), tuple(keys), positions, 0.0)
     assert _encode is not None  # os.environ has both or neither
     now = time.monotonic()
     last = _parses.get(token)
@@ -65,20 +90,20 @@ def discover(token: str, scan: Scan, environ: Mapping[str, object] | None) -> li
         and now - last.at < RESCAN_SECONDS
         and tuple(map(data.get, last.names)) == last.raw
     ):
-        return list(last.keys)
+        return last
     size = len(data)
-    names, keys = scan(os.environ)
+    names, keys, positions = scan(os.environ)
     encoded = tuple(map(_encode, names))
-    _parses[token] = _Parse(size, encoded, tuple(map(data.get, encoded)), tuple(keys), now)
-    return keys
+    parse = _Parse(size, encoded, tuple(map(data.get, encoded)), tuple(keys), positions, now)
+    _parses[token] = parse
+    return parse
 
 
-@lru_cache(maxsize=256)
 def numbered_keys(base: str) -> Scan:
     """`BASE`, then `BASE_<n>` by ascending n: the order operators number their keys in."""
     marker = base + "_"
 
-    def scan(environ: Mapping[str, object]) -> tuple[list[str], list[str]]:
+    def scan(environ: Mapping[str, object]) -> tuple[list[str], list[str], dict[str, int]]:
         # Names first, values only for matches: reading every value would decode the whole env.
         numbered = sorted(
             (number, name)
@@ -86,7 +111,9 @@ def numbered_keys(base: str) -> Scan:
             if name.startswith(marker) and (number := numbered_suffix(name, marker)) is not None
         )
         names = [base, *(name for _, name in numbered)]
-        return names, unique_stripped([key_value(environ, name) for name in names])
+        configured = [environment_value(environ, name) for name in names]
+        keys = unique_stripped([key_value(environ, name) for name in names])
+        return names, keys, configured_positions(configured)
 
     return scan
 
@@ -107,7 +134,9 @@ def _list_values(raw: str, name: str) -> list[str]:
     return re.split(r"[,\n]", text)
 
 
-def _nanogpt_keys(environ: Mapping[str, object]) -> tuple[list[str], list[str]]:
+def _nanogpt_keys(
+    environ: Mapping[str, object],
+) -> tuple[list[str], list[str], dict[str, int]]:
     indexed: list[tuple[int | None, str]] = [(0, key_value(environ, name)) for name in _DIRECT_ENV]
     for name in _LIST_ENV:
         listed = _list_values(environment_value(environ, name) or "", name)
@@ -124,7 +153,8 @@ def _nanogpt_keys(environ: Mapping[str, object]) -> tuple[list[str], list[str]]:
     if preferred is not None:
         indexed.sort(key=lambda item: item[0] != preferred)  # stable: order kept otherwise
     names = [*_DIRECT_ENV, *_LIST_ENV, *(name for _, _, name in numbered), _PREFERRED_INDEX_ENV]
-    return names, unique_stripped([value for _, value in indexed])
+    values = [value for _, value in indexed]
+    return names, unique_stripped(values), configured_positions(values)
 
 
 def configured_nanogpt_keys(environ: Mapping[str, str] | None = None) -> list[str]:

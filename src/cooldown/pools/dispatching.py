@@ -25,7 +25,6 @@ from ..evidence.learn import window_learner
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
 from ..store import Attempt, Order, model_cooldown
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
-from .accounts import labels_by_key
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation
 
@@ -177,7 +176,7 @@ class _ScopedDispatch:
             return None
         current_time = resolve_now(self.now)
         rests = pool._legacy.live(provider, candidates, current_time, self.current.max_seconds)
-        self.accounts = labels_by_key(candidates, pool.accounts(provider))
+        self.accounts = pool._labels(provider, candidates)
         if self.affinity is not None:
             candidates = by_affinity(candidates, self.affinity)
         taken = model_cooldown.admit(

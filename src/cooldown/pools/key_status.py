@@ -9,7 +9,6 @@ from ..arguments import retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
 from ..store import model_cooldown
-from .accounts import labels_by_key
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
@@ -40,11 +39,10 @@ def pool_status(
     scoped: Sequence[int],
     now: float,
     max_seconds: int,
-    accounts: Mapping[int, str] | None = None,
+    labels: Sequence[str | None] = (),
 ) -> PoolStatus:
     """JSON-ready status from `ModelCooldown.explain`-style `(reason, release)` pairs and
-    `ModelCooldown.scoped_counts`, with each key's account label (by 1-based position)."""
-    grouped = accounts or {}
+    `ModelCooldown.scoped_counts`, with each key's account label (`labels`, in key order)."""
     keys: list[KeyStatus] = []
     for position, ((reason, release), count) in enumerate(
         zip(explained, scoped, strict=True), start=1
@@ -56,7 +54,7 @@ def pool_status(
                 "reason": reason,  # type: ignore[typeddict-item]
                 "retry_after": None if reason is None else retry_after(release, now, max_seconds),
                 "scoped_cooldowns": count,
-                "account": grouped.get(position),
+                "account": labels[position - 1] if position <= len(labels) else None,
             }
         )
     cooling = sum(1 for key in keys if key["state"] == "cooling")
@@ -91,10 +89,11 @@ def keys_status(
     model: str | None,
     quota_bucket: str | None,
     now: float,
-    accounts: Mapping[int, str] | None = None,
+    accounts: Mapping[str, str] | None = None,
 ) -> PoolStatus:
     """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
     on both paths, how many models each key cools for, and its account."""
+    labels = [(accounts or {}).get(key) for key in keys]
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
         share_when_configured(model_cooldown, configured)
@@ -103,7 +102,7 @@ def keys_status(
         legacy: list[tuple[str | None, float]] = [
             ("legacy", rests[key]) if key in rests else (None, 0.0) for key in keys
         ]
-        return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS, accounts)
+        return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS, labels)
     explained = model_cooldown.explain(
         provider,
         keys,
@@ -112,6 +111,6 @@ def keys_status(
         max_seconds=current.max_seconds,
         now=now,
         legacy_rest_until=rests,
-        accounts=labels_by_key(keys, accounts or {}),
+        accounts=accounts,
     )
-    return pool_status(provider, explained, scoped, now, current.max_seconds, accounts)
+    return pool_status(provider, explained, scoped, now, current.max_seconds, labels)

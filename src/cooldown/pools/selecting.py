@@ -10,7 +10,7 @@ from ..store import Order, model_cooldown
 from ._common import by_affinity, check_affinity, scoped_max_seconds
 from .accounts import AccountMap, accounts_from_environment, labels_by_key
 from .code_keys import CodeKeys
-from .discovery import discover, numbered_keys
+from .discovery import discover, discovered_positions, numbered_keys
 from .legacy import LegacyRests
 
 __all__ = ["KeySelection"]
@@ -37,6 +37,19 @@ class KeySelection:
         return discover(source, numbered_keys(source), environ)
 
     @classmethod
+    def key_positions(
+        cls, provider: str, environ: Mapping[str, str] | None = None
+    ) -> dict[str, int]:
+        """Each configured key's 1-based place in its list as configured (what account
+        positions name): a placeholder or duplicate dropped keeps its place."""
+        source = cls._providers.get(provider)
+        if source is None:
+            return {}
+        if isinstance(source, CodeKeys):
+            return source.positions()
+        return discovered_positions(source, numbered_keys(source), environ)
+
+    @classmethod
     def _reads_keys_now(cls, provider: str) -> bool:
         """Would reading `provider`'s keys call its `keys=` callable now (a secret manager
         read, which an async caller makes off the event loop)?"""
@@ -53,7 +66,18 @@ class KeySelection:
     def key_accounts(cls, provider: str) -> dict[str, str]:
         """Key -> its account's label, for the configured keys in an account."""
         grouped = cls.accounts(provider)
-        return labels_by_key(cls.keys(provider), grouped) if grouped else {}
+        return cls._labels(provider, cls.keys(provider), grouped)
+
+    @classmethod
+    def _labels(
+        cls, provider: str, keys: list[str], grouped: AccountMap | None = None
+    ) -> dict[str, str]:
+        """Key -> account label for these of `provider`'s keys; nothing read without accounts."""
+        if grouped is None:
+            grouped = cls.accounts(provider)
+        if not grouped:
+            return {}
+        return labels_by_key(keys, grouped, cls.key_positions(provider), provider)
 
     @classmethod
     def siblings(cls, provider: str, key: str) -> list[str]:
@@ -176,5 +200,5 @@ class KeySelection:
             legacy_rest_until=rests,
             order=order,
             cost=cost,
-            accounts=labels_by_key(configured, cls.accounts(provider)),
+            accounts=cls._labels(provider, configured),
         )
