@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from cooldown import CredentialPool, ModelCooldown, ModelCooldownExhausted
+from cooldown.store import Order
 
 P, KEYS, MODEL = "p", ["sk-a", "sk-b"], "m"
 NOW = 100.0
@@ -80,11 +81,15 @@ def test_with_the_limit_tokens_refill_continuously_until_the_reset(store: ModelC
     assert store.select(P, [KEYS[0]], model=MODEL, now=NOW + 1, cost=400) == KEYS[0]
 
 
-def test_a_request_larger_than_every_limit_goes_to_the_largest_limit(store: ModelCooldown) -> None:
+@pytest.mark.parametrize("order", ["spread", "configured"])
+def test_a_request_larger_than_every_limit_goes_to_the_largest_limit(
+    store: ModelCooldown, order: Order
+) -> None:
     tokens(store, KEYS[0], 1000, 30, limit=30000)
     tokens(store, KEYS[1], 1000, 30, limit=90000)
-    chosen = store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=200000)
+    chosen = store.available(P, KEYS, model=MODEL, now=NOW, order=order, cost=200000)
     assert chosen == [KEYS[1], KEYS[0]]  # the provider decides; the largest limit first
+    assert store.select(P, KEYS, model=MODEL, now=NOW, order=order, cost=200000) == KEYS[1]
 
 
 @pytest.mark.parametrize(

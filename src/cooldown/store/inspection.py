@@ -9,11 +9,12 @@ from typing import TypeVar
 
 from ..arguments import require_keys, require_str, resolve_now
 from ..digests import PreparedHmac, credential_message, credential_prefix
+from .accounts import account_entries
 from .admission import Admission
 from .backend import Sharing
 from .budget import DIGEST_SIZE
 from .schedule import DeadlineSchedule
-from .selection import explain_keys, gather
+from .selection import Lookup, Reason, gather
 
 __all__ = ["Inspection"]
 
@@ -189,3 +190,47 @@ def _count_by_prefix(
             position = wanted.get(entry[:size])
             if position is not None:
                 counts[position] += 1
+
+
+def explain_keys(
+    deadlines: Mapping[bytes, float],
+    digest: PreparedHmac,
+    admission: Admission,
+    lookup: Lookup,
+    now: float,
+    overflow: float,
+) -> list[tuple[Reason, float]]:
+    """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free.
+
+    A free key whose probe is out (`"probe"`) or whose announced budget is spent
+    (`"budget"`) is held too, as `dispatch` sees it."""
+    ceiling, prefix, keys, scope, legacy, _, shared, _, labels = lookup
+    scope_digest = None if scope is None else digest(scope)
+    accounts = {}
+    if scope_digest is not None:
+        accounts = account_entries(digest, prefix, keys, labels, scope_digest)
+    explained: list[tuple[Reason, float]] = []
+    for key in keys:
+        credential = digest(credential_message(prefix, key))  # `gather` checked the keys
+        shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
+        scope_release = 0.0
+        if scope_digest is not None:
+            scope_release = deadlines.get(credential + scope_digest, 0.0)
+        held = (
+            ("credential", max(deadlines.get(credential, 0.0), shared_wide)),
+            ("scope", max(scope_release, shared_scope)),
+            ("legacy", legacy.get(key, 0.0)),
+        )
+        reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
+        if release <= now and scope_digest is not None:
+            release, _ = admission.weigh(
+                credential + scope_digest, now, account=accounts.get(key), maximum=ceiling
+            )
+            reason = "probe" if admission.probing(credential + scope_digest) else "budget"
+        if release > now:
+            explained.append((reason, release))  # retry advice caps it at the maximum
+        elif overflow > now:
+            explained.append(("capacity", overflow))
+        else:
+            explained.append((None, 0.0))
+    return explained

@@ -28,7 +28,6 @@ __all__ = [
     "Reason",
     "Selection",
     "admissible",
-    "explain_keys",
     "gather",
     "scan",
 ]
@@ -126,50 +125,6 @@ def scan(
     return free, earliest
 
 
-def explain_keys(
-    deadlines: Mapping[bytes, float],
-    digest: PreparedHmac,
-    admission: Admission,
-    lookup: Lookup,
-    now: float,
-    overflow: float,
-) -> list[tuple[Reason, float]]:
-    """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free.
-
-    A free key whose probe is out (`"probe"`) or whose announced budget is spent
-    (`"budget"`) is held too, as `dispatch` sees it."""
-    ceiling, prefix, keys, scope, legacy, _, shared, _, labels = lookup
-    scope_digest = None if scope is None else digest(scope)
-    accounts = {}
-    if scope_digest is not None:
-        accounts = account_entries(digest, prefix, keys, labels, scope_digest)
-    explained: list[tuple[Reason, float]] = []
-    for key in keys:
-        credential = digest(credential_message(prefix, key))  # `gather` checked the keys
-        shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
-        scope_release = 0.0
-        if scope_digest is not None:
-            scope_release = deadlines.get(credential + scope_digest, 0.0)
-        held = (
-            ("credential", max(deadlines.get(credential, 0.0), shared_wide)),
-            ("scope", max(scope_release, shared_scope)),
-            ("legacy", legacy.get(key, 0.0)),
-        )
-        reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
-        if release <= now and scope_digest is not None:
-            release, _ = admission.weigh(
-                credential + scope_digest, now, account=accounts.get(key), maximum=ceiling
-            )
-            reason = "probe" if admission.probing(credential + scope_digest) else "budget"
-        if release > now:
-            explained.append((reason, release))  # retry advice caps it at the maximum
-        elif overflow > now:
-            explained.append(("capacity", overflow))
-        else:
-            explained.append((None, 0.0))
-    return explained
-
-
 def admissible(
     deadlines: Mapping[bytes, float],
     digest: PreparedHmac,
@@ -203,6 +158,8 @@ def admissible(
             digested.append((credential, credential + scope_digest))
         owners = [accounts.get(key, entry) for key, (_, entry) in zip(keys, digested, strict=True)]
         oversize = admission.oversize(owners, cost, now)
+    if oversize:  # every key's limit is read first: the largest takes it
+        stop_at_free_outside = None
     free: list[tuple[Load, int, str, bytes, bytes, bytes | None]] = []
     earliest = math.inf
     for position, key in enumerate(keys):
@@ -223,13 +180,16 @@ def admissible(
                 entry, now, cost, oversize=oversize, account=account, maximum=ceiling
             )
         if release <= now:
-            free.append((load if spread else _NO_LOAD, position, key, credential, entry, account))
+            ranked = load if spread or oversize else _NO_LOAD
+            free.append((ranked, position, key, credential, entry, account))
             if stop_at_free_outside is not None and key not in stop_at_free_outside:
                 break
         elif release < earliest:
             earliest = release
     if spread:
         free.sort()  # by load, then configured position (unique: nothing after it compares)
+    elif oversize:  # by weight: minus the key's token limit
+        free.sort(key=lambda item: (item[0][1], item[1]))
     return [item[2:] for item in free], earliest
 
 
