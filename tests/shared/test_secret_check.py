@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from flask import Flask
 
-from cooldown import CredentialPool, ModelCooldown
+from cooldown import CredentialPool, ModelCooldown, init_app, model_cooldown, status_blueprint
 from cooldown.shared.observations import RedisObservations
 
 from ..conftest import free_port
@@ -73,6 +74,26 @@ def test_a_pool_attaching_with_another_secret_warns(
     with caplog.at_level(logging.WARNING, "cooldown"):
         assert CredentialPool.select("ce-gpt-plus", model="gpt-4o") == "sk-one"
     assert [r for r in caplog.records if "split" in r.getMessage()]
+    assert model_cooldown.stats()["shared_split"] is True  # said in stats, not only logged
+    app = Flask("split")
+    monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", "split-status-token-0123456789abcdef")
+    init_app(app)
+    app.register_blueprint(status_blueprint())
+    client = app.test_client()
+    bearer = {"Authorization": "Bearer split-status-token-0123456789abcdef"}
+    assert client.get("/cooldown/status", headers=bearer).get_json()["shared_split"] is True
+    metrics = client.get("/cooldown/metrics", headers=bearer).get_data(as_text=True)
+    assert "model_cooldown_shared_split 1.0" in metrics
+
+
+def test_a_process_sharing_the_fleets_secret_is_not_split(redis_url: str, prefix: str) -> None:
+    first, second = (attached(redis_url, prefix, s) for s in (SECRET, OTHER))
+    first.check_secret(SECRET.encode())
+    second.check_secret(OTHER.encode())
+    assert first.stats()["shared_split"] is False
+    assert second.stats()["shared_split"] is True
+    first.close()
+    second.close()
 
 
 def test_an_unreachable_redis_at_attach_is_no_verdict_and_starts_no_backoff() -> None:

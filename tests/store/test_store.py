@@ -429,6 +429,7 @@ def test_stats_are_counts_only(store: ModelCooldown) -> None:
         "shared": False,
         "shared_errors_total": 0,
         "shared_degraded": False,
+        "shared_split": False,
     }
 
 

@@ -60,6 +60,7 @@ class ScriptCalls:
         self._offset = time.time() - time.monotonic()
         self._lock = new_lock(self)
         self._errors_total = 0
+        self._split = False  # this process's secret differs from the fleet's
         self._degraded = False
         self._retry_at = 0.0
         self._backoff = FIRST_BACKOFF_SECONDS
@@ -167,4 +168,5 @@ class ScriptCalls:
                 "shared": True,
                 "shared_errors_total": self._errors_total,
                 "shared_degraded": self._degraded,
+                "shared_split": self._split,
             }

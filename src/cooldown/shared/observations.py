@@ -93,6 +93,7 @@ class RedisObservations(ScriptCalls):
         except Exception:
             return None
         same = hmac.compare_digest(theirs if isinstance(theirs, bytes) else b"", mine.encode())
+        self._split = not same  # `shared_split` in stats, /status and /metrics
         if not same:
             warn_once(REDIS_SECRET_ENV, SECRET_MISMATCH_WARNING)
         return same

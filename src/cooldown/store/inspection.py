@@ -18,7 +18,12 @@ from .selection import Lookup, Reason, gather
 
 __all__ = ["Inspection"]
 
-_LOCAL_ONLY = {"shared": False, "shared_errors_total": 0, "shared_degraded": False}
+_LOCAL_ONLY = {
+    "shared": False,
+    "shared_errors_total": 0,
+    "shared_degraded": False,
+    "shared_split": False,
+}
 
 
 class Inspection:

@@ -29,7 +29,7 @@ METRICS_MISSING = (
     "Prometheus metrics need the prometheus_client package: pip install 'model-cooldown[metrics]'\n"
 )
 SUMMED_GAUGES = ("live_observations", "capacity")  # each process holds its own
-SHARED_GAUGES = ("overflow_active", "shared", "shared_degraded")  # the worst process counts
+SHARED_GAUGES = ("overflow_active", "shared", "shared_degraded", "shared_split")  # the worst
 KEY_STATES = ("ready", "cooling", "cooling_some_models")
 KEYS_METRIC = ("model_cooldown_keys", "configured keys by provider and state")
 FLEET_METRIC = "model_cooldown_fleet_{}"
