@@ -98,9 +98,13 @@ def keys_status(
     if configured.enabled:  # status reads the shared state too, scoped or not
         share_when_configured(model_cooldown, configured)
     scoped = model_cooldown.scoped_counts(provider, keys, now=now)
-    if current is None:  # the legacy path: only the pool's own rests decide
+    if current is None:  # unscoped: the pool's own rests decide, and with the feature on
+        wide: Sequence[tuple[str | None, float]] = [(None, 0.0)] * len(keys)
+        if configured.enabled:  # a credential-wide rejection another worker saw, too
+            wide = model_cooldown.explain(provider, keys, max_seconds=LARGEST_MAX_SECONDS, now=now)
         legacy: list[tuple[str | None, float]] = [
-            ("legacy", rests[key]) if key in rests else (None, 0.0) for key in keys
+            ("legacy", rests[key]) if key in rests and rests[key] >= release else (reason, release)
+            for key, (reason, release) in zip(keys, wide, strict=True)
         ]
         return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS, labels)
     explained = model_cooldown.explain(
