@@ -53,9 +53,16 @@ def test_a_cost_in_flight_on_one_key_is_held_against_its_siblings(store: ModelCo
     )
     assert second is not None
     assert second[0] == KEYS[2]  # not the sibling: 1000 - 600 in flight on the account
-    store.finish(first[1], served=True)
+    store.finish(first[1], served=True)  # answered, announcing nothing newer
     chosen = store.select(
         P, KEYS, model=MODEL, now=NOW, order="configured", cost=600, accounts=ACCOUNTS
+    )
+    assert chosen == KEYS[2]  # its 600 are spent at the provider: the budget has not seen it
+    store.record_token_budget(  # an answer sent after it: 1000 again, the 600 seen
+        P, KEYS[1], model=MODEL, remaining=1000, reset_seconds=30, now=NOW + 1, account="team-a"
+    )
+    chosen = store.select(
+        P, KEYS, model=MODEL, now=NOW + 1, order="configured", cost=600, accounts=ACCOUNTS
     )
     assert chosen == KEYS[0]
 

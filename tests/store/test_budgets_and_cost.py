@@ -29,7 +29,9 @@ def test_a_key_without_the_tokens_a_request_costs_is_not_free(store: ModelCooldo
     assert store.select(P, KEYS, model=MODEL, now=NOW) == KEYS[0]  # unknown cost: 1 token
 
 
-def test_the_cost_in_flight_is_held_until_the_attempt_ends(store: ModelCooldown) -> None:
+def test_a_cost_sent_since_the_budget_is_held_until_a_newer_budget_covers_it(
+    store: ModelCooldown,
+) -> None:
     tokens(store, KEYS[0], 1000, 30)
     first = store.admit(P, KEYS, model=MODEL, now=NOW, order="configured", cost=600)
     assert first is not None
@@ -37,7 +39,19 @@ def test_the_cost_in_flight_is_held_until_the_attempt_ends(store: ModelCooldown)
     second = store.admit(P, KEYS, model=MODEL, now=NOW, order="configured", cost=600)
     assert second is not None
     assert second[0] == KEYS[1]  # 1000 - 600 in flight cannot hold another 600
-    store.finish(first[1], served=True)
+    store.finish(first[1], served=True)  # answered without headers: its 600 are spent
+    assert store.select(P, KEYS, model=MODEL, now=NOW, cost=600) == KEYS[1]
+    store.record_token_budget(
+        P, KEYS[0], model=MODEL, remaining=1000, reset_seconds=30, now=NOW + 1
+    )
+    assert store.select(P, KEYS, model=MODEL, now=NOW + 1, cost=600) == KEYS[0]
+
+
+def test_an_attempt_that_got_no_answer_gives_its_cost_back(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 1000, 30)
+    first = store.admit(P, KEYS, model=MODEL, now=NOW, order="configured", cost=600)
+    assert first is not None
+    store.finish(first[1], served=False, answered=False)  # a timeout: the provider saw nothing
     assert store.select(P, KEYS, model=MODEL, now=NOW, cost=600) == KEYS[0]
 
 

@@ -130,7 +130,7 @@ def steps_for(
             record=lambda admitted, answer, evidence: pool.record(
                 provider, admitted[0], answer.status, now=now, **scope, **evidence
             ),
-            finish=lambda admitted, served: None,
+            finish=lambda admitted, served, answered: None,
             rotate_on=rotate_on,
             retried=lambda: warn_sdk_retries(provider),
             read=evidence_reader(provider, advice),
@@ -140,7 +140,9 @@ def steps_for(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
         record=dispatch.record,
-        finish=lambda admitted, served: model_cooldown.finish(admitted[1], served=served),
+        finish=lambda admitted, served, answered: model_cooldown.finish(
+            admitted[1], served=served, answered=answered
+        ),
         rotate_on=rotate_on,
         retried=lambda: warn_sdk_retries(provider),
         read=evidence_reader(provider, advice),
@@ -237,6 +239,7 @@ class _ScopedDispatch:
                 limit=tokens[2],
                 now=self.now,
                 account=self.accounts.get(key),
+                attempt=attempt,
             )
             if self._token_shortfall(answer, tokens[0]):
                 return  # the key's tokens are recorded; smaller requests still fit
@@ -263,6 +266,7 @@ class _ScopedDispatch:
                 limit=budget[2],
                 now=self.now,
                 account=self.accounts.get(key),
+                attempt=attempt,
             )
 
     def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:

@@ -52,7 +52,7 @@ def rotation(
     first: Callable[[], Admitted | None],
     rest: Callable[[set[str]], Admitted | None],
     record: Record,
-    finish: Callable[[Admitted, bool], None],
+    finish: Callable[[Admitted, bool, bool], None],
     rotate_on: frozenset[int],
     retried: Callable[[], None],
     read: Callable[[Answer], RecordingContext],
@@ -60,7 +60,8 @@ def rotation(
     """Every key at most once; the answer when it is not a key problem.
 
     `first` and `rest` admit a key (on the scoped path they count it in flight); `finish`
-    ends each attempt whatever happens (`send` raising, the caller leaving, a 429 raised).
+    ends each attempt whatever happens (`send` raising, the caller leaving, a 429 raised),
+    told whether it was served and whether an answer came at all.
     `rest(tried)` is the pool's next admission: on the scoped path it raises
     `ModelCooldownExhausted` when every key now cools, and that 429 replaces the last throttle
     or auth rejection (the client's own credentials are not what failed), as the 503 of a
@@ -75,9 +76,10 @@ def rotation(
     answer: Answer | None = None
     while admitted is not None:
         tried.add(admitted[0])
-        served = False
+        served = answered = False
         try:
             answer = yield admitted[0]
+            answered = True
             if answer.retried:
                 retried()
             evidence = read(answer)
@@ -85,7 +87,7 @@ def rotation(
             outcome = evidence.get("outcome") or classify_status(answer.status)
             served = outcome.provider_health == "success"  # even if its window is now spent
         finally:
-            finish(admitted, served)
+            finish(admitted, served, answered)
         rotating = not served and outcome.credential_health in ("throttled", "rejected")
         if not rotating and answer.status not in rotate_on:
             return answer

@@ -13,6 +13,7 @@ from heapq import heapify, heappop, heappush
 from itertools import islice
 from typing import Literal, NamedTuple, TypeVar
 
+from .announced import Budget, Unseen
 from .backend import SharedAttempt
 
 __all__ = ["ORDERS", "Admission", "Admitted", "Attempt", "Claim", "Load", "Order"]
@@ -36,39 +37,6 @@ class Attempt(NamedTuple):
     probe: bool
     shared: SharedAttempt | None = None
     account: bytes | None = None  # account digest + scope digest, for a key in an account
-
-
-class Budget(NamedTuple):
-    """Requests or tokens a provider announced for a key and scope. With the limit announced,
-    they refill continuously towards it until the reset (OpenAI's reset is the time until
-    the limit is full again): `t` seconds after the answer there are
-    `min(L, R + (L - R) t / T)`. Without it, the announced remaining holds until the reset."""
-
-    remaining: int
-    reset: float
-    largest: int  # the limit, or the largest remaining ever announced
-    limit: int | None
-    announced: float
-
-    def level(self, now: float) -> float:
-        if self.limit is None or self.limit <= self.remaining or self.reset <= self.announced:
-            return float(self.remaining)
-        share = min(1.0, (now - self.announced) / (self.reset - self.announced))
-        return self.remaining + (self.limit - self.remaining) * share
-
-    def ends(self, maximum: float) -> float:
-        """Its reset, but never more than the call's maximum after the answer that said it
-        (a reset of 31 years holds a key no longer than a cooldown could)."""
-        return min(self.reset, self.announced + maximum)
-
-    def moment(self, need: float, in_flight: int) -> float:
-        """When `need` units beyond those in flight are there: as they refill, or at the
-        reset without a limit."""
-        if self.limit is None or self.limit <= self.remaining:
-            return self.reset
-        missing = need + in_flight - self.remaining
-        span = self.reset - self.announced
-        return min(self.reset, self.announced + missing * span / (self.limit - self.remaining))
 
 
 Load = tuple[int, float, bool, float, float]
@@ -99,6 +67,7 @@ class Admission:
         self._cost_in_flight: dict[bytes, int] = {}  # budget's entry -> tokens it may spend
         self._last_dispatch: dict[bytes, float] = {}
         self._throttled_at: dict[bytes, float] = {}
+        self._unseen = Unseen()  # attempts each budget has not seen yet
 
     def clear(self) -> None:
         for table in (
@@ -114,6 +83,7 @@ class Admission:
         ):
             table.clear()
         self._lease_expiry.clear()
+        self._unseen.clear()
 
     # -- the store tells -------------------------------------------------------------------
 
@@ -136,21 +106,41 @@ class Admission:
         reset: float,
         limit: int | None = None,
         now: float = 0.0,
+        seen: int | None = None,
     ) -> None:
-        """A newer answer's request budget replaces the old one; it ends at its reset and,
-        with the limit announced (at `now`), refills towards it meanwhile."""
-        largest = max(limit or 0, remaining)
-        _bounded_set(self._budgets, entry, Budget(remaining, reset, largest, limit, now))
+        """A request budget as of `now`, its stamp (when the attempt `seen`, whose answer
+        said it, was sent): it replaces one stamped no later; it ends at its reset and, with
+        the limit announced, refills towards it from the stamp meanwhile."""
+        self._keep(self._budgets, entry, Budget(remaining, reset, 0, limit, now), seen)
 
     def token_budget(
-        self, entry: bytes, remaining: int, reset: float, limit: int | None, now: float
+        self,
+        entry: bytes,
+        remaining: int,
+        reset: float,
+        limit: int | None,
+        now: float,
+        seen: int | None = None,
     ) -> None:
-        """Tokens left, announced at `now`, until the reset; the limit (else the largest
-        remaining ever announced) tells a request no budget of this key could ever hold."""
-        known = self._token_budgets.get(entry)
-        largest = max(limit or 0, remaining, 0 if known is None else known.largest)
-        budget = Budget(remaining, reset, largest, limit, now)
-        _bounded_set(self._token_budgets, entry, budget)
+        """Tokens left as of `now`, until the reset; the limit (else the largest remaining
+        ever announced) tells a request no budget of this key could ever hold."""
+        self._keep(self._token_budgets, entry, Budget(remaining, reset, 0, limit, now), seen)
+
+    def _keep(
+        self, table: dict[bytes, Budget], owner: bytes, told: Budget, seen: int | None
+    ) -> None:
+        """Newer by stamp, not by arrival: an older answer may raise the known limit, never
+        change the remaining. Attempts started since the stamp spend from it."""
+        if seen is not None:
+            self._unseen.forget(owner, seen)  # its own request is in the count it announced
+        known = table.get(owner)
+        largest = max(told.limit or 0, told.remaining, 0 if known is None else known.largest)
+        if known is not None and told.announced < known.announced:
+            limit = told.limit if known.limit is None else max(known.limit, told.limit or 0)
+            table[owner] = known._replace(limit=limit, largest=largest)
+            return
+        self._unseen.covered(owner, told.announced)
+        _bounded_set(table, owner, told._replace(largest=largest))
 
     # -- selection -------------------------------------------------------------------------
 
@@ -198,7 +188,7 @@ class Admission:
         if ends <= now:
             del self._budgets[owner]
             return hold, (in_flight, weight, True, math.inf, last)
-        spending = in_flight if account is None else self._in_flight.get(account, 0)
+        spending, _ = self._unseen.since(owner, budget.announced, now)
         if budget.level(now) - spending < 1:  # no request left until one more refills
             hold = max(hold, min(ends, budget.moment(1, spending)))
         return hold, (in_flight, weight, False, budget.reset, last)
@@ -218,7 +208,7 @@ class Admission:
             return 0.0, 0.0
         if oversize:
             return 0.0, -float(budget.largest)
-        in_flight = self._cost_in_flight.get(owner, 0)
+        _, in_flight = self._unseen.since(owner, budget.announced, now)
         headroom = budget.level(now) - in_flight
         hold = min(ends, budget.moment(need, in_flight)) if headroom < need else 0.0
         return hold, -headroom
@@ -266,9 +256,10 @@ class Admission:
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
         if account is not None:
             self._in_flight[account] = self._in_flight.get(account, 0) + 1
+        owner = entry if account is None else account
         if held_cost:
-            owner = entry if account is None else account
             self._cost_in_flight[owner] = self._cost_in_flight.get(owner, 0) + held_cost
+        self._unseen.started(owner, token, now, held_cost)
         _bounded_set(self._last_dispatch, entry, now)
         if shared is None:
             probe = entry in self._released or credential in self._released
@@ -278,8 +269,12 @@ class Admission:
             self._probing[entry] = token
         return Attempt(token, entry, now, probe, None if shared is None else shared[1], account)
 
-    def finish(self, attempt: Attempt, *, served: bool) -> None:
-        """The attempt's answer was recorded (or `send` raised): release its count and probe."""
+    def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
+        """The attempt's answer was recorded (or `send` raised): release its count and probe.
+        One that never reached the provider (`answered=False`) spends no budget."""
+        if not answered:
+            self._unseen.forget(attempt.entry if attempt.account is None else attempt.account,
+                                attempt.token)  # fmt: skip
         if attempt.token not in self._leases:
             return  # already forgotten: its lease expired
         self._end(attempt.token)

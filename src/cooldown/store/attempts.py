@@ -209,11 +209,13 @@ class Attempts:
         finally:
             _ending.reset(token)
 
-    def finish(self, attempt: Attempt, *, served: bool) -> None:
-        """The attempt's answer is recorded (or it failed): it is no longer in flight."""
+    def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
+        """The attempt's answer is recorded (or it failed): it is no longer in flight. One
+        that got no answer (`answered=False`: a timeout, a refused connection) spends no
+        provider budget."""
         require_attempt(attempt)
         with self._lock:
-            self._admission.finish(attempt, served=served)
+            self._admission.finish(attempt, served=served, answered=answered)
         sharing = self._shared
         if attempt.shared is not None and sharing is not None:  # no lock across the round trip
             sharing.backend.end(attempt.shared, served=served)
@@ -230,16 +232,22 @@ class Attempts:
         limit: int | None = None,
         now: float | None = None,
         account: str | None = None,
+        sent_at: float | None = None,
+        attempt: Attempt | None = None,
     ) -> None:
         """A provider said `remaining` requests are left until its window resets (of `limit`,
         when it said that too: then they refill continuously towards it until the reset).
-        With the label of the `account` the credential is in, the budget is the account's."""
+        With the label of the `account` the credential is in, the budget is the account's.
+        It is as of `sent_at` (the `attempt`'s start, else `now`): an answer stamped earlier
+        than the budget kept replaces nothing, and attempts started since spend from it."""
         self._keep_budget(
             "requests",
             (provider, credential, model, quota_bucket, now, account),
             remaining,
             reset_seconds,
             limit,
+            sent_at,
+            attempt,
         )
 
     def record_token_budget(
@@ -254,18 +262,22 @@ class Attempts:
         limit: int | None = None,
         now: float | None = None,
         account: str | None = None,
+        sent_at: float | None = None,
+        attempt: Attempt | None = None,
     ) -> None:
         """A provider said `remaining` tokens are left until `reset_seconds` (of `limit`, when
         it said that too: then they refill continuously towards it until the reset): a
-        request costing more than there are, less what is in flight, waits until enough is
-        back or goes to another key. The `account`'s, when it is given. Shared
-        like the request budget, with the attempt's end."""
+        request costing more than there are, less what attempts started since `sent_at`
+        cost, waits until enough is back or goes to another key. The `account`'s, when it
+        is given. Shared like the request budget, with the attempt's end."""
         self._keep_budget(
             "tokens",
             (provider, credential, model, quota_bucket, now, account),
             remaining,
             reset_seconds,
             limit,
+            sent_at,
+            attempt,
         )
 
     def _keep_budget(
@@ -275,20 +287,35 @@ class Attempts:
         remaining: object,
         reset_seconds: object,
         limit: object,
+        sent_at: float | None,
+        attempt: Attempt | None,
     ) -> None:
-        """Check an announced budget, keep it for its owner (see `_budget_entry`) and, inside
-        an attempt's ending, hand it to the attempt's end for the shared state."""
+        """Check an announced budget, keep it for its owner (see `_budget_entry`) as of its
+        stamp and, inside an attempt's ending, hand it to the attempt's end for the shared
+        state."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = _checked_budget(limit, 0)
+        if attempt is not None:
+            require_attempt(attempt)
         located = self._budget_entry(*owner)
         if located is None:
             return
         entry, current_time = located
-        announced = (remaining, current_time + reset, limit)
+        stamp = current_time if attempt is None else attempt.started
+        if sent_at is not None:
+            stamp = min(current_time, resolve_now(sent_at))
         with self._lock:
             keep = self._admission.budget if kind == "requests" else self._admission.token_budget
-            keep(entry, *announced, current_time)
+            keep(
+                entry,
+                remaining,
+                stamp + reset,
+                limit,
+                stamp,
+                None if attempt is None else attempt.token,
+            )
+        announced = (remaining, current_time + reset, limit)
         ending = _ending.get()
         if ending is not None:  # shared with the attempt's end
             if kind == "requests":

@@ -1,0 +1,105 @@
+"""Budgets providers announce, as of when they decided, and the attempts they have not seen.
+
+A provider computes its rate-limit headers when it admits a request; a completion carries
+them back seconds later. So a budget is as of its stamp (when its attempt was sent), and
+every attempt started on its owner at or after that stamp, in flight or finished, still
+spends from it until a budget stamped after it arrives. An attempt that never reached the
+provider (no answer) spends nothing.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import NamedTuple
+
+__all__ = ["MAX_STARTS_PER_OWNER", "Budget", "Unseen"]
+
+MAX_STARTS_PER_OWNER = 1024
+"""Attempts remembered per budget owner; beyond it the oldest go (they are the first that a
+newer budget covers)."""
+HORIZON_SECONDS = 600.0
+"""An attempt started this long ago counts against no budget: its answer has arrived or
+its lease has ended, and the provider's own count has moved on."""
+
+
+class Budget(NamedTuple):
+    """Requests or tokens a provider announced for a key and scope. With the limit announced,
+    they refill continuously towards it until the reset (OpenAI's reset is the time until
+    the limit is full again): `t` seconds after its stamp there are
+    `min(L, R + (L - R) t / T)`. Without it, the announced remaining holds until the reset."""
+
+    remaining: int
+    reset: float
+    largest: int  # the limit, or the largest remaining ever announced
+    limit: int | None
+    announced: float
+
+    def level(self, now: float) -> float:
+        if self.limit is None or self.limit <= self.remaining or self.reset <= self.announced:
+            return float(self.remaining)
+        share = min(1.0, (now - self.announced) / (self.reset - self.announced))
+        return self.remaining + (self.limit - self.remaining) * share
+
+    def ends(self, maximum: float) -> float:
+        """Its reset, but never more than the call's maximum after the answer that said it
+        (a reset of 31 years holds a key no longer than a cooldown could)."""
+        return min(self.reset, self.announced + maximum)
+
+    def moment(self, need: float, in_flight: int) -> float:
+        """When `need` units beyond those in flight are there: as they refill, or at the
+        reset without a limit."""
+        if self.limit is None or self.limit <= self.remaining:
+            return self.reset
+        missing = need + in_flight - self.remaining
+        span = self.reset - self.announced
+        return min(self.reset, self.announced + missing * span / (self.limit - self.remaining))
+
+
+class Unseen:
+    """Per budget owner (a key's entry, or its account's), the attempts started on it, by
+    token: (when it started, its cost). Pure bookkeeping under the store's lock."""
+
+    def __init__(self) -> None:
+        self._starts: dict[bytes, dict[int, tuple[float, int]]] = {}
+
+    def clear(self) -> None:
+        self._starts.clear()
+
+    def started(self, owner: bytes, token: int, at: float, cost: int) -> None:
+        starts = self._starts.setdefault(owner, {})
+        starts[token] = (at, cost)
+        if len(starts) > MAX_STARTS_PER_OWNER:
+            for oldest in list(islice(starts, len(starts) - MAX_STARTS_PER_OWNER)):
+                del starts[oldest]
+
+    def forget(self, owner: bytes, token: int) -> None:
+        """An attempt that never reached the provider, or whose own answer is the budget."""
+        starts = self._starts.get(owner)
+        if starts is not None:
+            starts.pop(token, None)
+            if not starts:
+                del self._starts[owner]
+
+    def covered(self, owner: bytes, stamp: float) -> None:
+        """A budget stamped `stamp` arrived: what started before it (or long ago) it has seen."""
+        starts = self._starts.get(owner)
+        if starts is None:
+            return
+        for token, (at, _) in list(starts.items()):
+            if at < stamp:
+                del starts[token]
+        if not starts:
+            del self._starts[owner]
+
+    def since(self, owner: bytes, stamp: float, now: float) -> tuple[int, int]:
+        """(attempts, their cost) started on `owner` at or after `stamp`, within the horizon."""
+        starts = self._starts.get(owner)
+        if not starts:
+            return 0, 0
+        floor = max(stamp, now - HORIZON_SECONDS)
+        count = cost = 0
+        for at, spent in starts.values():
+            if at >= floor:
+                count += 1
+                cost += spent
+        return count, cost
