@@ -148,3 +148,9 @@ def test_32_threads_with_answers_out_of_order_do_not_overdraw(
         thread.join(timeout=30)
     assert provider.admitted == provider.limit  # the window was used up ...
     assert provider.throttled <= 1  # ... without sending into it once it was spent
+
+
+def test_finished_attempts_no_budget_can_count_are_not_kept(store: ModelCooldown) -> None:
+    for now in range(2000):  # answered, with no budget anywhere and nothing else in flight
+        store.finish(admit(store, float(now)), served=True)
+    assert store._admission._unseen._starts == {}  # nothing grows without a budget to count it

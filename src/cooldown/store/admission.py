@@ -272,9 +272,11 @@ class Admission:
     def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
         """The attempt's answer was recorded (or `send` raised): release its count and probe.
         One that never reached the provider (`answered=False`) spends no budget."""
-        if not answered:
-            self._unseen.forget(attempt.entry if attempt.account is None else attempt.account,
-                                attempt.token)  # fmt: skip
+        owner = attempt.entry if attempt.account is None else attempt.account
+        if answered:
+            self._unseen.finished(owner, attempt.token, counted=self._stamped_by(owner, attempt))
+        else:
+            self._unseen.forget(owner, attempt.token)
         if attempt.token not in self._leases:
             return  # already forgotten: its lease expired
         self._end(attempt.token)
@@ -282,6 +284,14 @@ class Admission:
             entry = attempt.entry
             self._released.pop(entry, None)
             self._released.pop(entry[: len(entry) // 2], None)  # its credential's digest
+
+    def _stamped_by(self, owner: bytes, attempt: Attempt) -> bool:
+        """Is a budget of the owner stamped no later than the attempt's start (so it counts
+        the attempt until a newer one covers it)?"""
+        return any(
+            budget is not None and budget.announced <= attempt.started
+            for budget in (self._budgets.get(owner), self._token_budgets.get(owner))
+        )
 
     def _end(self, token: int) -> None:
         entry, _, cost, account = self._leases.pop(token)

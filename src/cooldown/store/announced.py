@@ -17,6 +17,8 @@ __all__ = ["MAX_STARTS_PER_OWNER", "Budget", "Unseen"]
 MAX_STARTS_PER_OWNER = 1024
 """Attempts remembered per budget owner; beyond it the oldest go (they are the first that a
 newer budget covers)."""
+MAX_OWNERS = 10000
+"""Budget owners remembered; beyond it the least recently started go."""
 HORIZON_SECONDS = 600.0
 """An attempt started this long ago counts against no budget: its answer has arrived or
 its lease has ended, and the provider's own count has moved on."""
@@ -57,20 +59,39 @@ class Budget(NamedTuple):
 
 class Unseen:
     """Per budget owner (a key's entry, or its account's), the attempts started on it, by
-    token: (when it started, its cost). Pure bookkeeping under the store's lock."""
+    token: (when it started, its cost, still in flight). Pure bookkeeping under the store's
+    lock, bounded: a finished attempt is kept only while some budget may still count it."""
 
     def __init__(self) -> None:
-        self._starts: dict[bytes, dict[int, tuple[float, int]]] = {}
+        self._starts: dict[bytes, dict[int, tuple[float, int, bool]]] = {}
 
     def clear(self) -> None:
         self._starts.clear()
 
     def started(self, owner: bytes, token: int, at: float, cost: int) -> None:
-        starts = self._starts.setdefault(owner, {})
-        starts[token] = (at, cost)
+        starts = self._starts.get(owner)
+        if starts is None:
+            starts = self._starts[owner] = {}
+            if len(self._starts) > MAX_OWNERS:  # the least recently started owners go
+                for oldest in list(islice(self._starts, len(self._starts) - MAX_OWNERS)):
+                    del self._starts[oldest]
+        starts[token] = (at, cost, True)
         if len(starts) > MAX_STARTS_PER_OWNER:
-            for oldest in list(islice(starts, len(starts) - MAX_STARTS_PER_OWNER)):
-                del starts[oldest]
+            for first in list(islice(starts, len(starts) - MAX_STARTS_PER_OWNER)):
+                del starts[first]
+
+    def finished(self, owner: bytes, token: int, *, counted: bool) -> None:
+        """An attempt ended. It still spends from a budget when it got an answer and a
+        budget may count it (`counted`: one is stamped no later than its start), or an
+        earlier attempt still in flight may bring one stamped before it; else it is gone."""
+        starts = self._starts.get(owner)
+        if starts is None or token not in starts:
+            return
+        at, cost, _ = starts[token]
+        if counted or any(live and then < at for then, _, live in starts.values()):
+            starts[token] = (at, cost, False)
+        else:
+            self.forget(owner, token)
 
     def forget(self, owner: bytes, token: int) -> None:
         """An attempt that never reached the provider, or whose own answer is the budget."""
@@ -81,12 +102,13 @@ class Unseen:
                 del self._starts[owner]
 
     def covered(self, owner: bytes, stamp: float) -> None:
-        """A budget stamped `stamp` arrived: what started before it (or long ago) it has seen."""
+        """A budget stamped `stamp` arrived: what finished before it started it has seen
+        (attempts in flight stay until they end)."""
         starts = self._starts.get(owner)
         if starts is None:
             return
-        for token, (at, _) in list(starts.items()):
-            if at < stamp:
+        for token, (at, _, live) in list(starts.items()):
+            if at < stamp and not live:
                 del starts[token]
         if not starts:
             del self._starts[owner]
@@ -98,7 +120,7 @@ class Unseen:
             return 0, 0
         floor = max(stamp, now - HORIZON_SECONDS)
         count = cost = 0
-        for at, spent in starts.values():
+        for at, spent, _ in starts.values():
             if at >= floor:
                 count += 1
                 cost += spent
