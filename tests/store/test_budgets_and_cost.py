@@ -206,3 +206,23 @@ def test_a_request_budget_without_its_limit_waits_for_the_reset(store: ModelCool
     with pytest.raises(ModelCooldownExhausted) as raised:
         store.select(P, [KEYS[0]], model=MODEL, now=NOW + 30)
     assert raised.value.retry_after == 30
+
+
+def test_status_explains_a_token_hold_for_the_requests_cost(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(CredentialPool, "_providers", dict(CredentialPool._providers))
+    CredentialPool.register("token-held", keys=["sk-token-held-0123456789"])
+    headers = {
+        "x-ratelimit-remaining-tokens": "100",
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-reset-tokens": "4s",
+    }
+    served = type("Served", (), {"status_code": 200, "headers": headers})()
+    CredentialPool.dispatch("token-held", lambda key: served, model=MODEL, now=NOW, cost=10)
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        CredentialPool.dispatch("token-held", lambda key: served, model=MODEL, now=NOW, cost=500)
+    held = CredentialPool.status("token-held", model=MODEL, now=NOW, cost=500)
+    assert [key["reason"] for key in held["keys"]] == ["budget"]
+    assert held["keys"][0]["retry_after"] == raised.value.retry_after  # what the client got
+    assert CredentialPool.status("token-held", model=MODEL, now=NOW)["ready"] == 1  # 1 fits

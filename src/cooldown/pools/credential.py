@@ -208,10 +208,13 @@ class CredentialPool(KeyRecording):
         model: str | None = None,
         quota_bucket: str | None = None,
         now: float | None = None,
+        cost: int | None = None,
     ) -> PoolStatus:
         """Which configured key cools, why and for how long; computed now, nothing stored.
 
-        Keys appear by 1-based position only: no key, digest, model or bucket name.
+        Keys appear by 1-based position only: no key, digest, model or bucket name. With a
+        `cost` (a request's tokens, as `dispatch` takes it) a key whose tokens cannot hold
+        that request shows as held by `"budget"`, as `dispatch` would find it.
         """
         current = scoped_settings(model, quota_bucket)
         candidates = cls.keys(provider)
@@ -227,6 +230,7 @@ class CredentialPool(KeyRecording):
             quota_bucket=quota_bucket,
             now=current_time,
             accounts=cls._labels(provider, candidates),
+            cost=cost,
         )
 
     @classmethod

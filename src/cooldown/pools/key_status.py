@@ -90,6 +90,7 @@ def keys_status(
     quota_bucket: str | None,
     now: float,
     accounts: Mapping[str, str] | None = None,
+    cost: int | None = None,
 ) -> PoolStatus:
     """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
     on both paths, how many models each key cools for, and its account."""
@@ -116,5 +117,6 @@ def keys_status(
         now=now,
         legacy_rest_until=rests,
         accounts=accounts,
+        cost=cost,
     )
     return pool_status(provider, explained, scoped, now, current.max_seconds, labels)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from ..arguments import require_keys, require_str, resolve_now
+from ..arguments import check_cost, require_keys, require_str, resolve_now
 from ..digests import PreparedHmac, credential_message, credential_prefix
 from .accounts import account_entries
 from .admission import Admission
@@ -54,16 +54,19 @@ class Inspection:
         now: float | None = None,
         legacy_rest_until: Mapping[str, float] | None = None,
         accounts: Mapping[str, str] | None = None,
+        cost: int | None = None,
     ) -> list[tuple[str | None, float]]:
         """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
 
         The reason is the observation that holds the key longest: `"credential"`,
         `"scope"` or `"legacy"`; for a scope, a key free of those is held by `"probe"` while
-        its probe is out and by `"budget"` while its announced budget (or its account's,
-        `accounts` mapping a key to its account's label) is spent; a free key
-        during an overflow is held by `"capacity"`.
+        its probe is out and by `"budget"` while its announced request budget, or its
+        tokens for a request of `cost` (default: one token), are spent (its account's, with
+        `accounts` mapping a key to its account's label); a free key during an overflow is
+        held by `"capacity"`.
         Counts nothing and raises no cooldown error: this is for operators, not routes.
         """
+        checked_cost = check_cost(cost)
         args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
         lookup = gather(self._shared, *args, accounts=accounts)
         ceiling, given_now, shared_overflow = lookup[0], lookup[5], lookup[7]
@@ -79,6 +82,7 @@ class Inspection:
                 lookup,
                 current_time,
                 overflow,
+                checked_cost,
             )
 
     def scoped_counts(
@@ -204,6 +208,7 @@ def explain_keys(
     lookup: Lookup,
     now: float,
     overflow: float,
+    cost: int | None = None,
 ) -> list[tuple[Reason, float]]:
     """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free.
 
@@ -229,7 +234,7 @@ def explain_keys(
         reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
         if release <= now and scope_digest is not None:
             release, _ = admission.weigh(
-                credential + scope_digest, now, account=accounts.get(key), maximum=ceiling
+                credential + scope_digest, now, cost, account=accounts.get(key), maximum=ceiling
             )
             reason = "probe" if admission.probing(credential + scope_digest) else "budget"
         if release > now:
