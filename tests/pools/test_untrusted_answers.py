@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cooldown import APIError, CredentialPool, ModelCooldownExhausted
 
@@ -175,3 +178,76 @@ def test_keys_the_pool_does_not_hold_fill_no_table(
 def test_a_key_the_pool_holds_is_recorded_as_before() -> None:
     CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0.0)
     assert CredentialPool.status(P, model="m", now=1.0)["cooling"] == 1
+
+
+# -- generated answers: whatever the headers say, dispatch answers ---------------------------
+
+GENERATED_CASES = int(os.environ.get("COOLDOWN_GENERATED_CASES", "300"))
+"""How many generated answers the property below tries (docs/reliability.md ran 20000)."""
+
+
+def dispatched(send: Any, cost: int | None) -> Any:
+    """What `dispatch` gave, or the 429 it raised."""
+    try:
+        return CredentialPool.dispatch(P, send, model="m", now=1000.0, cost=cost)
+    except ModelCooldownExhausted as refused:
+        return refused
+
+
+FAMILIES = [  # (remaining, reset) as each provider pairs them
+    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"),
+    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"),
+    ("X-RateLimit-Remaining", "X-RateLimit-Reset"),
+    ("ratelimit-remaining", "ratelimit-reset"),
+    ("anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset"),
+    ("anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-reset"),
+]
+RESETS = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.builds(lambda n, unit: f"{n}{unit}", st.integers(0, 10**12), st.sampled_from("hms")),
+    st.builds(lambda n: f"{n}ms", st.integers(0, 10**18)),
+    st.dates().map(lambda day: f"{day.isoformat()}T00:00:00Z"),
+    st.text(max_size=30),
+)
+
+
+@settings(
+    max_examples=GENERATED_CASES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    status=st.sampled_from([200, 429, 401, 503]),
+    pairs=st.lists(st.tuples(st.sampled_from(FAMILIES), st.integers(0, 10**6), RESETS), max_size=3),
+    advice=st.dictionaries(st.sampled_from(["Retry-After", "retry-after-ms"]), RESETS),
+    limit=st.one_of(st.none(), st.integers(0, 10**7)),
+    cost=st.one_of(st.none(), st.integers(0, 10**9)),
+)
+def test_any_headers_give_the_answer_or_our_bounded_429(
+    status: int,
+    pairs: list[tuple[tuple[str, str], int, str]],
+    advice: dict[str, str],
+    limit: int | None,
+    cost: int | None,
+) -> None:
+    from cooldown import model_cooldown
+
+    model_cooldown.reset()
+    CredentialPool.reset()
+    headers = dict(advice)
+    for (remaining_name, reset_name), remaining, reset in pairs:
+        headers[remaining_name], headers[reset_name] = str(remaining), reset
+    if limit is not None:
+        headers["x-ratelimit-limit-tokens"] = headers["x-ratelimit-limit-requests"] = str(limit)
+    answer = Answer(status, headers)
+    got = dispatched(lambda key: answer, cost)
+    if isinstance(got, ModelCooldownExhausted):
+        assert status in (429, 401)
+        assert 1 <= got.retry_after <= 3600
+    else:
+        assert got is answer
+    later = CredentialPool.status(P, model="m", now=1001.0, cost=cost)
+    assert all(
+        key["retry_after"] is None or 1 <= key["retry_after"] <= 3600 for key in later["keys"]
+    )
