@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -165,3 +166,24 @@ def test_an_int_too_long_to_print_is_a_malformed_setting_not_an_error(
         app_with(**{name: value})
         settings()
     assert any(name in r.getMessage() and "malformed" in r.getMessage() for r in caplog.records)
+
+
+def nested(depth: int, *, in_lists: bool) -> Any:
+    value: Any = [1]
+    for _ in range(depth):
+        value = [value] if in_lists else {"x": value}
+    return value
+
+
+@pytest.mark.parametrize("in_lists", [False, True], ids=["mappings", "lists"])
+def test_accounts_nested_too_deeply_are_malformed_not_an_error(
+    in_lists: bool, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    from cooldown.pools import accounts
+
+    accounts._parsed.cache_clear()  # each case's malformed value is read (and said) anew
+    deep = nested(5000, in_lists=in_lists)
+    with caplog.at_level(logging.WARNING, "cooldown"):
+        app_with(MODEL_COOLDOWN_ACCOUNTS={"ce-gpt-plus": {"team": deep}})
+        assert CredentialPool.accounts("ce-gpt-plus") == {}
+    assert any("MODEL_COOLDOWN_ACCOUNTS" in r.getMessage() for r in caplog.records)

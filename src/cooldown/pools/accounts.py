@@ -80,8 +80,8 @@ def apply_app_accounts(config: Mapping[str, object]) -> None:
         return
     try:
         _app_accounts[0] = accounts if isinstance(accounts, str) else json.dumps(accounts)
-    except (TypeError, ValueError):  # not JSON-able: malformed, as junk in the variable is
-        _app_accounts[0] = "\x00 malformed"
+    except (TypeError, ValueError, RecursionError):  # not JSON-able (or nested too deeply):
+        _app_accounts[0] = "\x00 malformed"  # malformed, as junk in the variable is
 
 
 def forget_app_accounts() -> None:
