@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from cooldown import (
 )
 
 RECEIVED = 1_767_225_625.0  # wall clock
+ON = {"MODEL_COOLDOWN_ENABLED": "true"}
 P = "ce-gpt-pro"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL"
 
@@ -221,3 +223,54 @@ def test_hostile_headers_give_finite_advice_or_none(value: str) -> None:
             {"X-RateLimit-Remaining": "0", name: value}, received_at=RECEIVED
         )
         assert advice is None or (math.isfinite(advice) and advice >= 0)
+
+
+# -- a lone reset on a 429 is advice -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"X-RateLimit-Reset": "20"}, 20.0),
+        ({"x-ratelimit-reset-requests": "20s"}, 20.0),
+        ({"x-ratelimit-reset-tokens": "1m30s"}, 90.0),
+        ({"ratelimit-reset": "15"}, 15.0),
+        ({"anthropic-ratelimit-requests-reset": "2026-12-02T00:00:42Z"}, 42.0),
+    ],
+)
+def test_a_429_with_a_reset_and_no_remaining_counter_is_advice(
+    headers: dict[str, str], seconds: float
+) -> None:
+    now = datetime(2026, 12, 2, tzinfo=timezone.utc).timestamp()
+    evidence = recording_context(429, headers, received_at=now, environ=ON)
+    assert evidence["retry_after_seconds"] == pytest.approx(seconds)
+
+
+def test_the_later_of_a_lone_reset_and_retry_after_stands() -> None:
+    later_reset = recording_context(
+        429, {"X-RateLimit-Reset": "20", "Retry-After": "5"}, environ=ON
+    )
+    assert later_reset["retry_after_seconds"] == 20.0
+    later_advice = recording_context(
+        429, {"X-RateLimit-Reset": "20", "retry-after-ms": "30000"}, environ=ON
+    )
+    assert later_advice["retry_after_seconds"] == 30.0
+
+
+def test_a_lone_reset_on_a_success_cools_nothing() -> None:
+    served = recording_context(200, {"x-ratelimit-reset-requests": "20s"}, environ=ON)
+    assert served["retry_after_seconds"] is None
+    assert served["outcome"].credential_health == "accepted"
+
+
+def test_a_lone_reset_through_dispatch_cools_for_it_not_the_fallback(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cooldown import CredentialPool, ModelCooldownExhausted
+
+    monkeypatch.setattr(CredentialPool, "_providers", dict(CredentialPool._providers))
+    CredentialPool.register("lone-reset", keys=["sk-lone-reset-0123456789"])
+    throttle = type("Throttle", (), {"status_code": 429, "headers": {"X-RateLimit-Reset": "20"}})()
+    with pytest.raises(ModelCooldownExhausted) as raised:
+        CredentialPool.dispatch("lone-reset", lambda key: throttle, model="m", now=0.0)
+    assert raised.value.retry_after == 20  # not the 60 s fallback

@@ -13,7 +13,7 @@ from ..arguments import wall_clock
 from ..config import settings, warn_once
 from .headers import Headers, header_value, lowered_headers
 from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
-from .ratelimit import millisecond_advice, spent_window_reset
+from .ratelimit import lone_reset, millisecond_advice, spent_window_reset
 
 __all__ = [
     "RecordingContext",
@@ -195,9 +195,9 @@ def recording_context(
 
     A 2xx whose rate-limit headers show a spent window is recorded as a throttle until the
     window resets (reason `rate_limit_exhausted`); on a 429 the advice is the later of a
-    usable `Retry-After` (or Azure's `retry-after-ms`/`x-ms-retry-after-ms`) and every spent
-    window's reset. `{}` when the feature is disabled, so the pools keep their legacy
-    behaviour.
+    usable `Retry-After` (or Azure's `retry-after-ms`/`x-ms-retry-after-ms`), every spent
+    window's reset and any reset given without its remaining counter. `{}` when the feature
+    is disabled, so the pools keep their legacy behaviour.
     """
     if outcome is not None and not isinstance(outcome, UpstreamOutcome):
         raise TypeError("outcome must be an UpstreamOutcome or None")
@@ -222,9 +222,12 @@ def recording_context(
                     outcome.replay_permission, "success", "throttled", "rate_limit_exhausted"
                 )
                 advice = window
-    if outcome.reason != "rate_limit_exhausted" and outcome.credential_health == "throttled":
-        # A 429: "retry in 2 s" while an hour-long window is spent means the later of the two.
-        advice = _later(advice, spent_window_reset(lowered, moment) if lowered else None)
+    throttled = outcome.credential_health == "throttled"
+    if lowered and throttled and outcome.reason != "rate_limit_exhausted":
+        # A 429: "retry in 2 s" while an hour-long window is spent means the later of the two;
+        # a reset given without its counter is advice too (the 429 says the window is spent).
+        advice = _later(advice, spent_window_reset(lowered, moment))
+        advice = _later(advice, lone_reset(lowered, moment))
     return {
         "outcome": outcome,
         "credential_wide_auth": status == 401 and not cancelled,

@@ -20,6 +20,7 @@ from .headers import Headers, lowered_headers
 
 __all__ = [
     "go_duration_seconds",
+    "lone_reset",
     "millisecond_advice",
     "rate_limit_advice",
     "request_budget",
@@ -182,6 +183,25 @@ def spent_window_reset(lowered: dict[str, object], received_at: float) -> float 
             if reset is not None:
                 resets.append(reset)
     return max(resets) if resets else None
+
+
+def lone_reset(lowered: dict[str, object], received_at: float) -> float | None:
+    """On a 429: the latest reset a header gives without its remaining counter
+    (`X-RateLimit-Reset: 20` alone is 20 s; OpenAI's and Anthropic's resets too), since the
+    throttle already says that window is spent; `None` without one."""
+    resets: list[float | None] = []
+    for kind in ("requests", "tokens"):
+        if f"x-ratelimit-remaining-{kind}" not in lowered:
+            resets.append(_openai_reset(lowered.get(f"x-ratelimit-reset-{kind}"), received_at))
+    for remaining_name, reset_name, read_reset in _PLAIN_PAIRS:
+        if remaining_name not in lowered:
+            resets.append(read_reset(lowered.get(reset_name), received_at))
+    for kind in _ANTHROPIC_KINDS:
+        if f"anthropic-ratelimit-{kind}-remaining" not in lowered:
+            moment = rfc3339_timestamp(lowered.get(f"anthropic-ratelimit-{kind}-reset"))
+            resets.append(None if moment is None else _until(moment, received_at))
+    found = [reset for reset in resets if reset is not None]
+    return max(found) if found else None
 
 
 def _one_unit(until_full: float, limit: object) -> float:
