@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import pytest
 from flask import Flask
@@ -416,3 +416,38 @@ def gunicorn_app(
     finally:
         os.kill(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def longest_loop_gap(work: Callable[[], Any]) -> tuple[float, Any]:
+    """Run the coroutine `work()` on a new event loop beside a 5 ms ticker: the longest the
+    loop went without running the ticker (a stall), and what `work` returned."""
+    import asyncio
+
+    async def main() -> tuple[float, Any]:
+        longest, stop = 0.0, asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal longest
+            last = time.perf_counter()
+            while not stop.is_set():
+                await asyncio.sleep(0.005)
+                longest = max(longest, time.perf_counter() - last)
+                last = time.perf_counter()
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.sleep(0.02)
+        try:
+            result = await work()
+        finally:
+            stop.set()
+            await ticking
+        return longest, result
+
+    return asyncio.run(main())
+
+
+class ServedWithoutHeaders:
+    """A 200 with no headers, as an async `send` returns it."""
+
+    status_code = 200
+    headers: ClassVar[dict[str, str]] = {}
