@@ -56,15 +56,14 @@ class Admission:
 
     def __init__(self) -> None:
         self._next_token = 0
-        # token -> (entry, lease deadline, cost, account entry or None)
-        self._leases: dict[int, tuple[bytes, float, int, bytes | None]] = {}
+        # token -> (entry, lease deadline, account entry or None)
+        self._leases: dict[int, tuple[bytes, float, bytes | None]] = {}
         self._lease_expiry: list[tuple[float, int]] = []  # (lease deadline, token), a heap
         self._in_flight: dict[bytes, int] = {}  # per entry, and summed per account entry
         self._probing: dict[bytes, int] = {}  # entry -> the token of its probe
         self._released: dict[bytes, None] = {}  # entries (or credentials) whose cooldown ended
         self._budgets: dict[bytes, Budget] = {}  # requests
         self._token_budgets: dict[bytes, Budget] = {}  # tokens
-        self._cost_in_flight: dict[bytes, int] = {}  # budget's entry -> tokens it may spend
         self._last_dispatch: dict[bytes, float] = {}
         self._throttled_at: dict[bytes, float] = {}
         self._unseen = Unseen()  # attempts each budget has not seen yet
@@ -77,7 +76,6 @@ class Admission:
             self._released,
             self._budgets,
             self._token_budgets,
-            self._cost_in_flight,
             self._last_dispatch,
             self._throttled_at,
         ):
@@ -246,8 +244,7 @@ class Admission:
         state says so)."""
         self._next_token += 1
         token = self._next_token
-        held_cost = cost or 0
-        self._leases[token] = (entry, now + lease, held_cost, account)
+        self._leases[token] = (entry, now + lease, account)
         expiry = self._lease_expiry
         heappush(expiry, (now + lease, token))
         if len(expiry) > 2 * len(self._leases) + 64:  # finished attempts' items: drop them
@@ -256,10 +253,7 @@ class Admission:
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
         if account is not None:
             self._in_flight[account] = self._in_flight.get(account, 0) + 1
-        owner = entry if account is None else account
-        if held_cost:
-            self._cost_in_flight[owner] = self._cost_in_flight.get(owner, 0) + held_cost
-        self._unseen.started(owner, token, now, held_cost)
+        self._unseen.started(entry if account is None else account, token, now, cost or 0)
         _bounded_set(self._last_dispatch, entry, now)
         if shared is None:
             probe = entry in self._released or credential in self._released
@@ -294,9 +288,7 @@ class Admission:
         )
 
     def _end(self, token: int) -> None:
-        entry, _, cost, account = self._leases.pop(token)
-        if cost:
-            _subtract(self._cost_in_flight, entry if account is None else account, cost)
+        entry, _, account = self._leases.pop(token)
         _subtract(self._in_flight, entry, 1)
         if account is not None:
             _subtract(self._in_flight, account, 1)
