@@ -229,18 +229,7 @@ class _ScopedDispatch:
         received_at = time.time()
         tokens = token_budget(answer.headers, received_at) if answer.headers else None
         if tokens is not None:
-            model_cooldown.record_token_budget(
-                self.provider,
-                key,
-                model=self.model,
-                quota_bucket=self.quota_bucket,
-                remaining=tokens[0],
-                reset_seconds=min(tokens[1], self.current.max_seconds),
-                limit=tokens[2],
-                now=self.now,
-                account=self.accounts.get(key),
-                attempt=attempt,
-            )
+            self._keep(model_cooldown.record_token_budget, key, tokens, attempt)
             if self._token_shortfall(answer, tokens[0]):
                 return  # the key's tokens are recorded; smaller requests still fit
         self.pool._record_scoped(
@@ -256,18 +245,30 @@ class _ScopedDispatch:
         )
         budget = request_budget(answer.headers, received_at) if answer.headers else None
         if budget is not None:
-            model_cooldown.record_budget(
-                self.provider,
-                key,
-                model=self.model,
-                quota_bucket=self.quota_bucket,
-                remaining=budget[0],
-                reset_seconds=min(budget[1], self.current.max_seconds),
-                limit=budget[2],
-                now=self.now,
-                account=self.accounts.get(key),
-                attempt=attempt,
-            )
+            self._keep(model_cooldown.record_budget, key, budget, attempt)
+
+    def _keep(
+        self,
+        record: Callable[..., None],
+        key: str,
+        announced: tuple[int, float, int | None],
+        attempt: Attempt,
+    ) -> None:
+        """Record a budget the answer announced (requests or tokens), as of the attempt's
+        start, its reset capped at the maximum."""
+        remaining, reset, limit = announced
+        record(
+            self.provider,
+            key,
+            model=self.model,
+            quota_bucket=self.quota_bucket,
+            remaining=remaining,
+            reset_seconds=min(reset, self.current.max_seconds),
+            limit=limit,
+            now=self.now,
+            account=self.accounts.get(key),
+            attempt=attempt,
+        )
 
     def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
         """A 429 with requests left and fewer tokens than this request costs: a shortfall
