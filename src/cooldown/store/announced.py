@@ -3,8 +3,9 @@
 A provider computes its rate-limit headers when it admits a request; a completion carries
 them back seconds later. So a budget is as of its stamp (when its attempt was sent), and
 every attempt started on its owner at or after that stamp, in flight or finished, still
-spends from it until a budget stamped after it arrives. An attempt that never reached the
-provider (no answer) spends nothing.
+spends from it until a budget stamped after it arrives; so does every attempt still in
+flight (one sent just before the stamp may reach the provider after the request that made
+it). An attempt that never reached the provider (no answer) spends nothing.
 """
 
 from __future__ import annotations
@@ -114,14 +115,16 @@ class Unseen:
             del self._starts[owner]
 
     def since(self, owner: bytes, stamp: float, now: float) -> tuple[int, int]:
-        """(attempts, their cost) started on `owner` at or after `stamp`, within the horizon."""
+        """(attempts, their cost) a budget stamped `stamp` has not seen: those started at or
+        after it (within the horizon), and every one still in flight, since one sent just
+        before the stamp may reach the provider after the request that made it."""
         starts = self._starts.get(owner)
         if not starts:
             return 0, 0
         floor = max(stamp, now - HORIZON_SECONDS)
         count = cost = 0
-        for at, spent, _ in starts.values():
-            if at >= floor:
+        for at, spent, live in starts.values():
+            if live or at >= floor:
                 count += 1
                 cost += spent
         return count, cost
