@@ -4,7 +4,10 @@ Run by hand: `python benchmarks/providers.py [--seconds 60] [--load 1.2] [--mode
 [--gunicorn]`. A provider keeps continuous request and token buckets per (account, model),
 refilled at their limit per minute and empty when the run starts; 6 keys in 3 accounts of
 three tiers, 2 models; request sizes and latencies drawn from log-normal distributions with a
-fixed seed. Half-way through, one key is revoked (it answers 401 from then on); one account
+fixed seed (latency median 0.8 s, p99 about 8 s, as non-streamed completions take). The
+provider decides each request, and computes its rate-limit headers, when it arrives, and
+sends the answer after the request's latency: the headers a gateway reads are as old as
+that. Half-way through, one key is revoked (it answers 401 from then on); one account
 answers 503 for one second in every ten. Modes: `openai` (`x-ratelimit-*-requests`/`-tokens`
 with the limit, remaining and the time until full, and `Retry-After` on 429s), `anthropic`
 (`anthropic-ratelimit-*` with RFC 3339 resets), `retry-after` (only `Retry-After` on 429s)
@@ -53,7 +56,7 @@ FLAKY = "tier-2"  # answers 503 for one second in every ten
 MODELS = ["model-a", "model-b"]
 CLIENTS = 32
 MEDIAN_TOKENS, TOKEN_SIGMA, MOST_TOKENS = 800, 1.0, 20_000
-MEDIAN_LATENCY, LATENCY_SIGMA, LONGEST_LATENCY = 0.3, 0.5, 3.0
+MEDIAN_LATENCY, LATENCY_SIGMA, LONGEST_LATENCY = 0.8, 0.99, 20.0  # p99 about 8 s
 STRATEGIES = ("naive round-robin", "library", "library + cost + accounts")
 ROTATE_ON = (503,)
 
@@ -98,10 +101,13 @@ class Provider:
     def serve(
         self, key: str, model: str, tokens: int, latency: float
     ) -> tuple[int, dict[str, str]]:
-        """The answer to one request, after its latency."""
+        """The answer to one request, decided (its headers too) when it arrives, as
+        providers admit a request, and sent after its service time, as a non-streamed
+        completion comes back: headers are as old as the request's latency when they land."""
         arrived = time.monotonic()
+        answer = self.answer(key, model, tokens, arrived)
         time.sleep(latency)
-        return self.answer(key, model, tokens, arrived)
+        return answer
 
     def answer(
         self, key: str, model: str, tokens: int, arrived: float
