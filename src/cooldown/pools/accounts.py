@@ -31,19 +31,14 @@ AccountMap = Mapping[int, str]
 
 
 def labels_by_key(
-    keys: Sequence[str],
-    grouped: AccountMap,
-    positions: Mapping[str, int] | None = None,
-    provider: str = "",
+    keys: Sequence[str], grouped: AccountMap, positions: Mapping[str, int], provider: str
 ) -> dict[str, str]:
     """Key -> its account's label, for the keys that are in one. A key's position is its
-    place in the list as configured (`positions`; without them, its place in `keys`), so a
-    placeholder or a duplicate dropped before it moves no later key into another account.
-    A position that names no key is warned about once per provider."""
+    place in the list as configured (`positions`), so a placeholder or a duplicate dropped
+    before it moves no later key into another account. A position that names no key is
+    warned about once per provider."""
     if not grouped:
         return {}
-    if positions is None:
-        positions = {key: place for place, key in enumerate(keys, start=1)}
     if max(grouped) > max(positions.values(), default=0):
         warn_once(provider, "provider %s: an account names a key position that holds no key")
     return {key: grouped[positions[key]] for key in keys if positions.get(key) in grouped}

@@ -18,6 +18,7 @@ __all__ = [
     "ErrorFormat",
     "Reply",
     "api_error_body",
+    "api_reply",
     "error_body",
     "error_replies",
     "upstream_reply",
@@ -76,6 +77,11 @@ def error_body(error: APIError, error_format: ErrorFormat) -> dict[str, object]:
     return {"error": nested}
 
 
+def api_reply(error: APIError) -> Reply:
+    """An `APIError`'s status and flat body, without `Retry-After`."""
+    return Reply(api_error_body(error), error.status_code, {})
+
+
 def cooldown_reply(error: CooldownError, error_format: ErrorFormat) -> Reply:
     """429 or 503 with the bounded `Retry-After` the error was raised with; never cached."""
     if not isinstance(error, CooldownError):
@@ -120,7 +126,7 @@ def error_replies(
         return respond(cooldown_reply(error, error_format))
 
     def api(error: APIError) -> _Response:
-        return respond(Reply(api_error_body(error), error.status_code, {}))
+        return respond(api_reply(error))
 
     def upstream(error: BaseException) -> _Response:
         return respond(upstream_reply(error, error_format))

@@ -13,6 +13,7 @@ from .bodies import (
     ErrorFormat,
     Reply,
     api_error_body,
+    api_reply,
     cooldown_reply,
     error_body,
     upstream_reply,
@@ -63,7 +64,7 @@ def expose_retry_after(response: _R) -> _R:
 
 def api_error_response(error: APIError) -> Response:
     """The generic handler: JSON body, no `Retry-After`, no internals in 5xx messages."""
-    return _json_response(Reply(api_error_body(error), error.status_code, {}))
+    return _json_response(api_reply(error))
 
 
 def _app_format() -> ErrorFormat:
