@@ -19,10 +19,10 @@ from ..config import (
     warn_once,
 )
 from ..digests import frame, scope_message
-from ..evidence.learn import window_learner
+from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome, classify_status
 from ..shared import share_when_configured
-from ..store import model_cooldown
+from ..store import ModelCooldown
 
 __all__ = [
     "ScopedRecording",
@@ -120,7 +120,7 @@ UNSET_AT_POOL_CALL = (
 
 
 def scoped_settings(
-    model: object, quota_bucket: object, provider: str | None = None
+    store: ModelCooldown, model: object, quota_bucket: object, provider: str | None = None
 ) -> CooldownSettings | None:
     """The settings when this call takes the scoped path, else `None`.
 
@@ -141,7 +141,7 @@ def scoped_settings(
         if enabled_unset():
             warn_once(ENABLED_ENV, UNSET_AT_POOL_CALL)
         return None
-    share_when_configured(model_cooldown, current)
+    share_when_configured(store, current)
     return current
 
 
@@ -152,14 +152,16 @@ def shared_state_configured() -> bool:
 
 
 def scoped_max_seconds(
-    model: object, quota_bucket: object, provider: str | None = None
+    store: ModelCooldown, model: object, quota_bucket: object, provider: str | None = None
 ) -> int | None:
     """The configured maximum when this call takes the scoped path, else `None`."""
-    current = scoped_settings(model, quota_bucket, provider)
+    current = scoped_settings(store, model, quota_bucket, provider)
     return None if current is None else current.max_seconds
 
 
 def store_evidence(
+    store: ModelCooldown,
+    learner: WindowLearner,
     namespace: str,
     key: str,
     evidence: ScopedRecording,
@@ -181,6 +183,7 @@ def store_evidence(
         resolve_now(sent_at, "sent_at")
     if current.learn != "off":
         fallback_seconds = _learned_fallback(
+            learner,
             namespace,
             key,
             evidence.outcome,
@@ -190,7 +193,7 @@ def store_evidence(
             current=current,
             now=resolve_now(now),
         )
-    return model_cooldown.record(
+    return store.record(
         namespace,
         key,
         evidence.outcome,
@@ -206,6 +209,7 @@ def store_evidence(
 
 
 def _learned_fallback(
+    learner: WindowLearner,
     namespace: str,
     key: str,
     outcome: UpstreamOutcome,
@@ -221,9 +225,9 @@ def _learned_fallback(
         return fallback
     health = outcome.credential_health
     if health == "throttled" and usable_advice(advice):
-        window_learner.advised(namespace, key, scope, now=now)
+        learner.advised(namespace, key, scope, now=now)
     elif health == "throttled":
-        return window_learner.throttled(
+        return learner.throttled(
             namespace,
             key,
             scope,
@@ -234,7 +238,7 @@ def _learned_fallback(
             first_delay=min(current.first_delay, current.max_seconds),
         )
     elif health == "accepted":
-        window_learner.succeeded(namespace, key, scope, now=now)
+        learner.succeeded(namespace, key, scope, now=now)
     return fallback
 
 

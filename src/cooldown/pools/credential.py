@@ -7,18 +7,20 @@ import functools
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from ..arguments import resolve_now
 from ..evidence.advice import QuotaBuckets
+from ..evidence.learn import WindowLearner, window_learner
 from ..forksafe import new_lock
-from ..store import Order
+from ..store import ModelCooldown, Order, model_cooldown
 from ._common import (
     scoped_settings,
     shared_state_configured,
 )
 from .accounts import checked_accounts
 from .code_keys import CodeKeys, KeySource
+from .default import own_store, pool_method
 from .dispatching import steps_for
 from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
@@ -46,31 +48,61 @@ def _variable_name(base_env: object) -> str:
     return base_env
 
 
+BUILT_IN_PROVIDERS: Mapping[str, str] = {
+    "ce-gpt-plus": f"{ENV_PREFIX}_GPT_PLUS_POOL",
+    "ce-gpt-pro": f"{ENV_PREFIX}_GPT_PRO_POOL",
+    "ce-grok-heavy": f"{ENV_PREFIX}_GROK_HEAVY",
+    "ce-claude-kiro-cheap": f"{ENV_PREFIX}_CLAUDE_UNSTABLE",
+    "ce-claude-kiro": f"{ENV_PREFIX}_CLAUDE_KIRO",
+    "ce-claude-max": f"{ENV_PREFIX}_CLAUDE_MAX",
+    "ce-image": f"{ENV_PREFIX}_GPT_IMAGE",
+}
+"""The providers every pool starts with, each read from its numbered variables."""
+
+
 class CredentialPool(KeyRecording):
-    """Provider key pools, used on the class: `CredentialPool.select("ce-gpt-plus")`.
+    """Provider key pools: `CredentialPool.select("ce-gpt-plus")` on the default object (the
+    class), or on an object of your own, `pool = CredentialPool()`, that shares nothing with
+    it or with any other (its registrations, rests, store and learned windows are its own).
 
     Legacy behaviour (feature off, or no model/bucket on the call) rests a key provider-wide
-    in this class's own map. The scoped path records into the shared `model_cooldown` store
-    and only mirrors genuine credential-wide auth rejections into the legacy map.
+    in the pool's own map. The scoped path records into the pool's store (the process-wide
+    `model_cooldown` for the default object) and only mirrors genuine credential-wide auth
+    rejections into the legacy map.
     """
 
-    _lock: ClassVar[threading.Lock]  # the registry; never held across Redis
-    _legacy: ClassVar[LegacyRests] = LegacyRests()
-    _providers: ClassVar[dict[str, str | CodeKeys]] = {
-        "ce-gpt-plus": f"{ENV_PREFIX}_GPT_PLUS_POOL",
-        "ce-gpt-pro": f"{ENV_PREFIX}_GPT_PRO_POOL",
-        "ce-grok-heavy": f"{ENV_PREFIX}_GROK_HEAVY",
-        "ce-claude-kiro-cheap": f"{ENV_PREFIX}_CLAUDE_UNSTABLE",
-        "ce-claude-kiro": f"{ENV_PREFIX}_CLAUDE_KIRO",
-        "ce-claude-max": f"{ENV_PREFIX}_CLAUDE_MAX",
-        "ce-image": f"{ENV_PREFIX}_GPT_IMAGE",
-    }
+    # The class holds the default object's state; an object made with CredentialPool()
+    # gets its own (`_start`).
+    _lock: threading.Lock  # the registry; never held across Redis
+    _store: ModelCooldown
+    _learner: WindowLearner
+    _legacy: LegacyRests
+    _providers: dict[str, str | CodeKeys]
+    _accounts: dict[str, dict[int, str]]
+
+    def __init__(self, store: ModelCooldown | None = None) -> None:
+        """A pool with the built-in providers and nothing else in common with any other;
+        `store` is where its scoped observations go (default: a new `ModelCooldown()`)."""
+        self._start(self, own_store(store), WindowLearner())
+
+    @staticmethod
+    def _start(pool: object, store: ModelCooldown, learner: WindowLearner) -> None:
+        """Fresh state on `pool` (the class, for its default object, or an object)."""
+        state: Any = pool
+        state._lock = new_lock(pool)
+        state._store, state._learner = store, learner
+        state._legacy = LegacyRests()
+        state._providers = dict(BUILT_IN_PROVIDERS)
+        state._accounts = {}
+
+    def __repr__(self) -> str:
+        return f"<CredentialPool providers={len(self._providers)}>"
 
     # -- registry -----------------------------------------------------------------------------
 
-    @classmethod
+    @pool_method
     def register(
-        cls,
+        self,
         provider: str,
         base_env: str | None = None,
         *,
@@ -93,25 +125,25 @@ class CredentialPool(KeyRecording):
             _variable_name(base_env) if keys is None else CodeKeys(provider, keys)
         )
         grouped = None if accounts is None else checked_accounts(provider, accounts)
-        with cls._lock:
-            cls._providers[provider] = source
+        with self._lock:
+            self._providers[provider] = source
             if grouped is None:
-                cls._accounts.pop(provider, None)
+                self._accounts.pop(provider, None)
             else:
-                cls._accounts[provider] = grouped
+                self._accounts[provider] = grouped
 
-    @classmethod
-    def pooled(cls, provider: str) -> bool:
-        return provider in cls._providers
+    @pool_method
+    def pooled(self, provider: str) -> bool:
+        return provider in self._providers
 
-    @classmethod
-    def providers(cls) -> list[str]:
+    @pool_method
+    def providers(self) -> list[str]:
         """Every registered provider, in registration order."""
-        return list(cls._providers)
+        return list(self._providers)
 
-    @classmethod
+    @pool_method
     def dispatch(
-        cls,
+        self,
         provider: str,
         send: Callable[[str], _Response],
         *,
@@ -146,7 +178,7 @@ class CredentialPool(KeyRecording):
         """
         refuse_coroutine_function(send)
         steps = steps_for(
-            cls,
+            self,
             provider,
             model,
             quota_bucket,
@@ -160,9 +192,9 @@ class CredentialPool(KeyRecording):
         )
         return rotate(steps, send)
 
-    @classmethod
+    @pool_method
     async def adispatch(
-        cls,
+        self,
         provider: str,
         send: Callable[[str], Awaitable[_Response]],
         *,
@@ -184,7 +216,7 @@ class CredentialPool(KeyRecording):
         """
         build = functools.partial(
             steps_for,
-            cls,
+            self,
             provider,
             model,
             quota_bucket,
@@ -196,13 +228,17 @@ class CredentialPool(KeyRecording):
             advice,
             cost,
         )
-        offload = shared_state_configured() or cls._reads_keys_now(provider)
+        offload = (
+            self._store.shared is not None
+            or shared_state_configured()
+            or self._reads_keys_now(provider)
+        )
         steps = await asyncio.to_thread(build) if offload else build()
         return await arotate(steps, send, offload=offload)
 
-    @classmethod
+    @pool_method
     def status(
-        cls,
+        self,
         provider: str,
         *,
         model: str | None = None,
@@ -216,12 +252,13 @@ class CredentialPool(KeyRecording):
         `cost` (a request's tokens, as `dispatch` takes it) a key whose tokens cannot hold
         that request shows as held by `"budget"`, as `dispatch` would find it.
         """
-        current = scoped_settings(model, quota_bucket)
-        candidates = cls.keys(provider)
+        current = scoped_settings(self._store, model, quota_bucket)
+        candidates = self.keys(provider)
         current_time = resolve_now(now)
         maximum = None if current is None else current.max_seconds
-        rests = cls._legacy.live(provider, candidates, current_time, maximum)
+        rests = self._legacy.live(provider, candidates, current_time, maximum)
         return keys_status(
+            self._store,
             provider,
             candidates,
             rests,
@@ -229,14 +266,14 @@ class CredentialPool(KeyRecording):
             model=model,
             quota_bucket=quota_bucket,
             now=current_time,
-            accounts=cls._labels(provider, candidates),
+            accounts=self._labels(provider, candidates),
             cost=cost,
         )
 
-    @classmethod
-    def reset(cls) -> None:
+    @pool_method
+    def reset(self) -> None:
         """Forget every legacy rest (tests); registered providers stay."""
-        cls._legacy.reset()
+        self._legacy.reset()
 
 
-CredentialPool._lock = new_lock(CredentialPool)
+CredentialPool._start(CredentialPool, model_cooldown, window_learner)

@@ -21,9 +21,8 @@ from ..evidence.advice import (
     selection_scope,
 )
 from ..evidence.answers import Answer
-from ..evidence.learn import window_learner
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
-from ..store import Attempt, Order, model_cooldown
+from ..store import Attempt, Order
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation
@@ -94,7 +93,7 @@ def _keyed(key: str | None) -> tuple[str, None] | None:
 
 
 def steps_for(
-    pool: type[KeyRecording],
+    pool: KeyRecording,
     provider: str,
     model: str | None,
     quota_bucket: str | None,
@@ -113,7 +112,7 @@ def steps_for(
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
         scope["quota_bucket"] = quota_bucket
-    current = scoped_settings(scope.get("model"), scope.get("quota_bucket"), provider)
+    current = scoped_settings(pool._store, scope.get("model"), scope.get("quota_bucket"), provider)
     if current is None:
         return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
             first=lambda: _keyed(pool.select(provider, affinity=affinity, now=now, **scope)),
@@ -140,7 +139,7 @@ def steps_for(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
         record=dispatch.record,
-        finish=lambda admitted, served, answered: model_cooldown.finish(
+        finish=lambda admitted, served, answered: pool._store.finish(
             admitted[1], served=served, answered=answered
         ),
         rotate_on=rotate_on,
@@ -154,7 +153,7 @@ class _ScopedDispatch:
 
     def __init__(
         self,
-        pool: type[KeyRecording],
+        pool: KeyRecording,
         provider: str,
         scope: SelectionScope,
         affinity: str | None,
@@ -164,6 +163,7 @@ class _ScopedDispatch:
         cost: int | None,
     ) -> None:
         self.pool, self.provider, self.now, self.current = pool, provider, now, current
+        self.store, self.learner = pool._store, pool._learner
         self.cost = cost
         self.model, self.quota_bucket = scope.get("model"), scope.get("quota_bucket")
         self.affinity = check_affinity(affinity)
@@ -181,7 +181,7 @@ class _ScopedDispatch:
         self.accounts = pool._labels(provider, candidates)
         if self.affinity is not None:
             candidates = by_affinity(candidates, self.affinity)
-        taken = model_cooldown.admit(
+        taken = self.store.admit(
             provider,
             candidates,
             model=self.model,
@@ -198,7 +198,7 @@ class _ScopedDispatch:
         if taken is not None and taken[1].shared is not None and self.current.learn != "off":
             learned = taken[1].shared.learned
             if learned is not None:  # the fleet's estimate, read with the admission
-                window_learner.adopt(provider, taken[0], self._scope(), learned, now=current_time)
+                self.learner.adopt(provider, taken[0], self._scope(), learned, now=current_time)
         return taken
 
     def record(
@@ -214,9 +214,9 @@ class _ScopedDispatch:
         if attempt.shared is None:
             self._record(key, attempt, answer, recording, advice)
         else:
-            with model_cooldown.ending(attempt):
+            with self.store.ending(attempt):
                 self._record(key, attempt, answer, recording, advice)
-                attempt.shared.learned = window_learner.export(self.provider, key, self._scope())
+                attempt.shared.learned = self.learner.export(self.provider, key, self._scope())
 
     def _record(
         self,
@@ -229,7 +229,7 @@ class _ScopedDispatch:
         received_at = time.time()
         tokens = token_budget(answer.headers, received_at) if answer.headers else None
         if tokens is not None:
-            self._keep(model_cooldown.record_token_budget, key, tokens, attempt)
+            self._keep(self.store.record_token_budget, key, tokens, attempt)
             if self._token_shortfall(answer, tokens[0]):
                 return  # the key's tokens are recorded; smaller requests still fit
         self.pool._record_scoped(
@@ -245,7 +245,7 @@ class _ScopedDispatch:
         )
         budget = request_budget(answer.headers, received_at) if answer.headers else None
         if budget is not None:
-            self._keep(model_cooldown.record_budget, key, budget, attempt)
+            self._keep(self.store.record_budget, key, budget, attempt)
 
     def _keep(
         self,

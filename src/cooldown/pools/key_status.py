@@ -8,7 +8,7 @@ from typing import Literal, TypedDict
 from ..arguments import retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
-from ..store import model_cooldown
+from ..store import ModelCooldown
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
@@ -81,6 +81,7 @@ def _accounts_cooling(keys: Sequence[KeyStatus]) -> int:
 
 
 def keys_status(
+    store: ModelCooldown,
     provider: str,
     keys: Sequence[str],
     rests: Mapping[str, float],
@@ -97,18 +98,18 @@ def keys_status(
     labels = [(accounts or {}).get(key) for key in keys]
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
-        share_when_configured(model_cooldown, configured)
-    scoped = model_cooldown.scoped_counts(provider, keys, now=now)
+        share_when_configured(store, configured)
+    scoped = store.scoped_counts(provider, keys, now=now)
     if current is None:  # unscoped: the pool's own rests decide, and with the feature on
         wide: Sequence[tuple[str | None, float]] = [(None, 0.0)] * len(keys)
         if configured.enabled:  # a credential-wide rejection another worker saw, too
-            wide = model_cooldown.explain(provider, keys, max_seconds=LARGEST_MAX_SECONDS, now=now)
+            wide = store.explain(provider, keys, max_seconds=LARGEST_MAX_SECONDS, now=now)
         legacy: list[tuple[str | None, float]] = [
             ("legacy", rests[key]) if key in rests and rests[key] >= release else (reason, release)
             for key, (reason, release) in zip(keys, wide, strict=True)
         ]
         return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS, labels)
-    explained = model_cooldown.explain(
+    explained = store.explain(
         provider,
         keys,
         model=model,

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from ..arguments import resolve_now, seconds
 from ..evidence.outcome import UpstreamOutcome
-from ..store import model_cooldown
 from ._common import (
     ScopedRecording,
     check_evidence,
@@ -16,6 +15,7 @@ from ._common import (
     status_code,
     unique_stripped,
 )
+from .default import pool_method
 from .discovery import configured_nanogpt_keys
 from .key_status import PoolStatus, keys_status
 from .validation import REJECTION_STATUSES, NanoGPTKeyPoolExhausted, ValidatedKeyPool
@@ -36,9 +36,9 @@ def is_nanogpt_credential_rejection(status: object) -> bool:
 class _ValidatedKeyPool(ValidatedKeyPool):
     """Shared algorithm of the NanoGPT pools: selection without probes, recording, status."""
 
-    @classmethod
+    @pool_method
     def select_available_key(
-        cls,
+        self,
         keys: Sequence[str],
         *,
         now: float | None = None,
@@ -46,17 +46,17 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         quota_bucket: str | None = None,
     ) -> str | None:
         """The active key if usable, else the first usable configured key, without probing."""
-        max_seconds = scoped_max_seconds(model, quota_bucket)
+        max_seconds = scoped_max_seconds(self._store, model, quota_bucket)
         configured = unique_stripped(keys)
         current_time = resolve_now(now)
-        with cls._lock:
-            cls._forget_stale(configured, current_time)
-            ordered = cls._active_first(configured)
+        with self._lock:
+            self._forget_stale(configured, current_time)
+            ordered = self._active_first(configured)
             if max_seconds is None:
-                return next((key for key in ordered if key not in cls.rejected_until), None)
-            rests = cls._rests_within(max_seconds, current_time)
-        return model_cooldown.select(
-            cls.namespace,
+                return next((key for key in ordered if key not in self.rejected_until), None)
+            rests = self._rests_within(max_seconds, current_time)
+        return self._store.select(
+            self.namespace,
             ordered,
             model=model,
             quota_bucket=quota_bucket,
@@ -67,9 +67,9 @@ class _ValidatedKeyPool(ValidatedKeyPool):
 
     # -- recording ----------------------------------------------------------------------------
 
-    @classmethod
+    @pool_method
     def record_result(
-        cls,
+        self,
         key: str | None,
         status: int,
         *,
@@ -87,7 +87,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
 
         `sent_at` (monotonic, default now): when the request started; a success sent before
         a throttle was recorded reopens nothing."""
-        cls._observe(
+        self._observe(
             key,
             status,
             count_request=True,
@@ -102,9 +102,9 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             sent_at=sent_at,
         )
 
-    @classmethod
+    @pool_method
     def invalidate(
-        cls,
+        self,
         key: str | None,
         status: int,
         *,
@@ -119,7 +119,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         sent_at: float | None = None,
     ) -> None:
         """Stop using `key` after a rejection; legacy clears it as active whatever the status."""
-        cls._observe(
+        self._observe(
             key,
             status,
             count_request=False,
@@ -134,9 +134,9 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             sent_at=sent_at,
         )
 
-    @classmethod
+    @pool_method
     def _observe(
-        cls,
+        self,
         key: str | None,
         status: int,
         *,
@@ -153,7 +153,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
     ) -> None:
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        current = scoped_settings(model, quota_bucket)
+        current = scoped_settings(self._store, model, quota_bucket)
         if key is not None and not isinstance(key, str):
             raise TypeError("key must be a str")
         key = (key or "").strip()
@@ -164,7 +164,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         current_time = resolve_now(now)
         if current is not None:
             evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
-            cls._record_scoped(
+            self._record_scoped(
                 key,
                 evidence,
                 model=model,
@@ -175,20 +175,20 @@ class _ValidatedKeyPool(ValidatedKeyPool):
                 now=current_time,
                 sent_at=sent_at,
             )
-        with cls._lock:
+        with self._lock:
             if current is None and (not count_request or is_nanogpt_credential_rejection(status)):
                 if is_nanogpt_credential_rejection(status):  # a probe of this key must see it
-                    cls._note_recorded(key)
-                if cls.active_key == key:
-                    cls._clear_active()
-                cls._reject(key, status, ttl, throttle_seconds, current_time)
+                    self._note_recorded(key)
+                if self.active_key == key:
+                    self._clear_active()
+                self._reject(key, status, ttl, throttle_seconds, current_time)
                 return
-            if count_request and cls.active_key == key:
-                cls.active_requests += 1
+            if count_request and self.active_key == key:
+                self.active_requests += 1
 
-    @classmethod
+    @pool_method
     def status(
-        cls,
+        self,
         keys: Sequence[str],
         *,
         model: str | None = None,
@@ -196,16 +196,17 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         now: float | None = None,
     ) -> PoolStatus:
         """Per configured key position: ready or cooling, why and for how long."""
-        current = scoped_settings(model, quota_bucket)
+        current = scoped_settings(self._store, model, quota_bucket)
         configured = unique_stripped(keys)
         current_time = resolve_now(now)
-        with cls._lock:
-            cls._forget_stale(configured, current_time)
-            rests = cls._rests_within(
+        with self._lock:
+            self._forget_stale(configured, current_time)
+            rests = self._rests_within(
                 None if current is None else current.max_seconds, current_time
             )
         return keys_status(
-            cls.namespace,
+            self._store,
+            self.namespace,
             configured,
             rests,
             current,
@@ -214,15 +215,15 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             now=current_time,
         )
 
-    @classmethod
-    def reset(cls) -> None:
+    @pool_method
+    def reset(self) -> None:
         """Forget the active key, every rejection and the dropped count (tests)."""
-        with cls._lock:
-            cls.rejected_until = {}
-            cls._recorded = {}
-            cls._full_until = -math.inf
-            cls.rejections_dropped_total = 0
-            cls._clear_active()
+        with self._lock:
+            self.rejected_until = {}
+            self._recorded = {}
+            self._full_until = -math.inf
+            self.rejections_dropped_total = 0
+            self._clear_active()
 
 
 class NanoGPTKeyPool(_ValidatedKeyPool, namespace="nanogpt"):

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from ..arguments import resolve_now
 from ..config import CooldownSettings, warn_once
 from ..evidence.headers import header_value
+from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
-from ..store import model_cooldown
 from ._common import (
     ScopedRecording,
     check_evidence,
@@ -17,6 +17,7 @@ from ._common import (
     status_code,
     store_evidence,
 )
+from .default import pool_method
 from .selecting import KeySelection
 
 __all__ = ["AUTH_REST_SECONDS", "THROTTLE_REST_SECONDS", "KeyRecording"]
@@ -38,11 +39,13 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 class KeyRecording(KeySelection):
     """`record` and `record_headers`, mixed into `CredentialPool` over its selection."""
 
+    _learner: WindowLearner  # the windows learned from this pool's throttles
+
     # -- recording ----------------------------------------------------------------------------
 
-    @classmethod
+    @pool_method
     def record(
-        cls,
+        self,
         provider: str,
         key: str | None,
         status: int,
@@ -61,25 +64,25 @@ class KeyRecording(KeySelection):
         provider: outside input (a client's own bearer token) cannot fill the table."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        current = scoped_settings(model, quota_bucket, provider)
-        if key is None or key == "" or provider not in cls._providers:
+        current = scoped_settings(self._store, model, quota_bucket, provider)
+        if key is None or key == "" or provider not in self._providers:
             return
         if not isinstance(key, str):
             raise TypeError("key must be a str")
         if current is None:
-            cls._record_legacy(provider, key, status, resolve_now(now))
+            self._record_legacy(provider, key, status, resolve_now(now))
             return
-        if key not in cls.keys(provider):  # outside input (a client's token) fills no table
+        if key not in self.keys(provider):  # outside input (a client's token) fills no table
             warn_once(provider, NOT_HELD_WARNING)
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
-        cls._record_scoped(
+        self._record_scoped(
             provider, key, evidence, model, quota_bucket, retry_after_seconds, current, now, sent_at
         )
 
-    @classmethod
+    @pool_method
     def _record_scoped(
-        cls,
+        self,
         provider: str,
         key: str,
         evidence: ScopedRecording,
@@ -94,6 +97,8 @@ class KeyRecording(KeySelection):
         the key's cooldown, then its siblings' (with Redis, inside an attempt's ending, both
         ride on the attempt's end)."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
+            self._store,
+            self._learner,
             provider,
             key,
             evidence,
@@ -109,12 +114,12 @@ class KeyRecording(KeySelection):
         )
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
-            cls._legacy.rest(provider, key, deadline, resolve_now(now), keep_later=True)
-        cls._cool_siblings(provider, key, evidence, model, quota_bucket, deadline, current, now)
+            self._legacy.rest(provider, key, deadline, resolve_now(now), keep_later=True)
+        self._cool_siblings(provider, key, evidence, model, quota_bucket, deadline, current, now)
 
-    @classmethod
+    @pool_method
     def _cool_siblings(
-        cls,
+        self,
         provider: str,
         key: str,
         evidence: ScopedRecording,
@@ -128,12 +133,12 @@ class KeyRecording(KeySelection):
         each of them until the same deadline. An auth rejection stays the one key's."""
         if deadline is None or evidence.outcome.credential_health != "throttled":
             return
-        siblings = cls.siblings(provider, key)
+        siblings = self.siblings(provider, key)
         if not siblings:
             return
         remaining = max(0.0, deadline - resolve_now(now))
         for sibling in siblings:  # no pool lock: the store may reach Redis
-            model_cooldown.record(
+            self._store.record(
                 provider,
                 sibling,
                 evidence.outcome,
@@ -144,19 +149,19 @@ class KeyRecording(KeySelection):
                 now=now,
             )
 
-    @classmethod
-    def _record_legacy(cls, provider: str, key: str, status: int, now: float) -> None:
+    @pool_method
+    def _record_legacy(self, provider: str, key: str, status: int, now: float) -> None:
         """Rest the key provider-wide; a new rest replaces the old one, as the legacy pools did."""
         if status in (401, 402, 403):
-            cls._legacy.rest(provider, key, now + AUTH_REST_SECONDS, now, keep_later=False)
+            self._legacy.rest(provider, key, now + AUTH_REST_SECONDS, now, keep_later=False)
         elif status == 429:
-            cls._legacy.rest(provider, key, now + THROTTLE_REST_SECONDS, now, keep_later=False)
+            self._legacy.rest(provider, key, now + THROTTLE_REST_SECONDS, now, keep_later=False)
         elif 200 <= status < 300:
-            cls._legacy.clear(provider, key)
+            self._legacy.clear(provider, key)
 
-    @classmethod
+    @pool_method
     def record_headers(
-        cls,
+        self,
         provider: str,
         headers: Mapping[str, str],
         status: int,
@@ -171,7 +176,7 @@ class KeyRecording(KeySelection):
         """`record` for the key in the request's `Authorization: Bearer` header."""
         key = bearer_token(headers)
         if key is not None:
-            cls.record(
+            self.record(
                 provider,
                 key,
                 status,

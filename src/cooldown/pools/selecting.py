@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
 
 from ..arguments import check_cost, require_keys, resolve_now
-from ..store import Order, model_cooldown
+from ..store import ModelCooldown, Order
 from ._common import by_affinity, check_affinity, scoped_max_seconds
 from .accounts import AccountMap, accounts_from_environment, labels_by_key
 from .code_keys import CodeKeys
+from .default import pool_method
 from .discovery import discover, discovered_positions, numbered_keys
 from .legacy import LegacyRests
 
@@ -19,78 +19,79 @@ __all__ = ["KeySelection"]
 class KeySelection:
     """`keys`, `available`, `eligible` and `select`, mixed into `CredentialPool`."""
 
-    _legacy: ClassVar[LegacyRests]
-    _providers: ClassVar[dict[str, str | CodeKeys]]  # the base variable of its keys, or code
-    _accounts: ClassVar[dict[str, dict[int, str]]] = {}  # registered: position -> label
+    _store: ModelCooldown
+    _legacy: LegacyRests
+    _providers: dict[str, str | CodeKeys]  # the base variable of its keys, or code
+    _accounts: dict[str, dict[int, str]]  # registered: position -> label
 
-    @classmethod
-    def keys(cls, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    @pool_method
+    def keys(self, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
         """The configured keys in order; `[]` for a provider that is not registered.
 
         `environ` stands in for the process environment; keys given in code ignore it.
         """
-        source = cls._providers.get(provider)
+        source = self._providers.get(provider)
         if source is None:
             return []
         if isinstance(source, CodeKeys):
             return source.current()
         return discover(source, numbered_keys(source), environ)
 
-    @classmethod
+    @pool_method
     def key_positions(
-        cls, provider: str, environ: Mapping[str, str] | None = None
+        self, provider: str, environ: Mapping[str, str] | None = None
     ) -> dict[str, int]:
         """Each configured key's 1-based place in its list as configured (what account
         positions name): a placeholder or duplicate dropped keeps its place."""
-        source = cls._providers.get(provider)
+        source = self._providers.get(provider)
         if source is None:
             return {}
         if isinstance(source, CodeKeys):
             return source.positions()
         return discovered_positions(source, numbered_keys(source), environ)
 
-    @classmethod
-    def _reads_keys_now(cls, provider: str) -> bool:
+    @pool_method
+    def _reads_keys_now(self, provider: str) -> bool:
         """Would reading `provider`'s keys call its `keys=` callable now (a secret manager
         read, which an async caller makes off the event loop)?"""
-        source = cls._providers.get(provider)
+        source = self._providers.get(provider)
         return isinstance(source, CodeKeys) and source.due()
 
-    @classmethod
-    def accounts(cls, provider: str) -> AccountMap:
+    @pool_method
+    def accounts(self, provider: str) -> AccountMap:
         """Position -> account label: registered ones, else `MODEL_COOLDOWN_ACCOUNTS`."""
-        registered = cls._accounts.get(provider)
+        registered = self._accounts.get(provider)
         return accounts_from_environment(provider) if registered is None else registered
 
-    @classmethod
-    def key_accounts(cls, provider: str) -> dict[str, str]:
+    @pool_method
+    def key_accounts(self, provider: str) -> dict[str, str]:
         """Key -> its account's label, for the configured keys in an account."""
-        grouped = cls.accounts(provider)
-        return cls._labels(provider, cls.keys(provider), grouped)
+        grouped = self.accounts(provider)
+        return self._labels(provider, self.keys(provider), grouped)
 
-    @classmethod
+    @pool_method
     def _labels(
-        cls, provider: str, keys: list[str], grouped: AccountMap | None = None
+        self, provider: str, keys: list[str], grouped: AccountMap | None = None
     ) -> dict[str, str]:
         """Key -> account label for these of `provider`'s keys; nothing read without accounts."""
         if grouped is None:
-            grouped = cls.accounts(provider)
+            grouped = self.accounts(provider)
         if not grouped:
             return {}
-        return labels_by_key(keys, grouped, cls.key_positions(provider), provider)
+        return labels_by_key(keys, grouped, self.key_positions(provider), provider)
 
-    @classmethod
-    def siblings(cls, provider: str, key: str) -> list[str]:
+    @pool_method
+    def siblings(self, provider: str, key: str) -> list[str]:
         """The other keys of `key`'s account (none when it is in no account)."""
-        labels = cls.key_accounts(provider)
+        labels = self.key_accounts(provider)
         label = labels.get(key)
         if label is None:
             return []
         return [other for other, its in labels.items() if its == label and other != key]
 
-    @classmethod
+    @pool_method
     def available(
-        cls,
+        self,
         provider: str,
         keys: Sequence[str] | None = None,
         *,
@@ -103,13 +104,13 @@ class KeySelection:
     ) -> list[str]:
         """The keys free for this call, in configured (affinity, or spread) order; may be empty.
         With a `cost` in tokens, a key whose token budget cannot hold it is not free."""
-        return cls._filter(
+        return self._filter(
             provider, keys, now, model, quota_bucket, affinity, order, cost, raise_when_empty=False
         )
 
-    @classmethod
+    @pool_method
     def eligible(
-        cls,
+        self,
         provider: str,
         keys: Sequence[str] | None = None,
         *,
@@ -121,13 +122,13 @@ class KeySelection:
         cost: int | None = None,
     ) -> list[str]:
         """`available`, except that a scoped all-cooling pool raises the 429 `select` would."""
-        return cls._filter(
+        return self._filter(
             provider, keys, now, model, quota_bucket, affinity, order, cost, raise_when_empty=True
         )
 
-    @classmethod
+    @pool_method
     def _filter(
-        cls,
+        self,
         provider: str,
         keys: Sequence[str] | None,
         now: float | None,
@@ -141,13 +142,13 @@ class KeySelection:
     ) -> list[str]:
         affinity = check_affinity(affinity)
         cost = check_cost(cost)
-        max_seconds = scoped_max_seconds(model, quota_bucket, provider)
-        candidates = cls.keys(provider) if keys is None else list(require_keys(keys))
+        max_seconds = scoped_max_seconds(self._store, model, quota_bucket, provider)
+        candidates = self.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time, max_seconds)
+        rests = self._legacy.live(provider, candidates, current_time, max_seconds)
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
-        filter_keys = model_cooldown.eligible if raise_when_empty else model_cooldown.available
+        filter_keys = self._store.eligible if raise_when_empty else self._store.available
         free = filter_keys(
             provider,
             candidates,
@@ -158,13 +159,13 @@ class KeySelection:
             legacy_rest_until=rests,
             order=order,
             cost=cost,
-            accounts=cls.key_accounts(provider),
+            accounts=self.key_accounts(provider),
         )
         return by_affinity(free, affinity)
 
-    @classmethod
+    @pool_method
     def select(
-        cls,
+        self,
         provider: str,
         *,
         now: float | None = None,
@@ -180,17 +181,17 @@ class KeySelection:
         Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched. With
         an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
         """
-        max_seconds = scoped_max_seconds(model, quota_bucket, provider)
+        max_seconds = scoped_max_seconds(self._store, model, quota_bucket, provider)
         cost = check_cost(cost)
-        candidates = configured = cls.keys(provider)
+        candidates = configured = self.keys(provider)
         if check_affinity(affinity) is not None and max_seconds is not None:
             candidates, order = by_affinity(candidates, affinity), "configured"  # rendezvous
         current_time = resolve_now(now)
-        rests = cls._legacy.live(provider, candidates, current_time, max_seconds)
+        rests = self._legacy.live(provider, candidates, current_time, max_seconds)
         if max_seconds is None:
             free = [key for key in candidates if key not in rests]
             return free[0] if free else (candidates[0] if candidates else None)
-        return model_cooldown.select(
+        return self._store.select(
             provider,
             candidates,
             model=model,
@@ -200,5 +201,5 @@ class KeySelection:
             legacy_rest_until=rests,
             order=order,
             cost=cost,
-            accounts=cls._labels(provider, configured),
+            accounts=self._labels(provider, configured),
         )

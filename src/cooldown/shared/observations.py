@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import sys
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -29,7 +30,13 @@ from ..config import (
 from ..evidence.learn import LearnedWindow
 from ..forksafe import new_lock
 from ..store import ModelCooldown
-from ..store.backend import FLEET_COUNTERS, Announced, SharedAttempt, SharedStart
+from ..store.backend import (
+    FLEET_COUNTERS,
+    Announced,
+    SharedAttempt,
+    SharedObservations,
+    SharedStart,
+)
 from . import scripts as shared_scripts
 from .calls import (
     SOCKET_TIMEOUT_SECONDS,
@@ -291,18 +298,31 @@ class RedisObservations(ScriptCalls):
 
 
 _Wanted = tuple[str, str, str, int]  # url, secret, prefix, timeout in milliseconds
-_attached: _Wanted | None = None
-_last_seen: CooldownSettings | None = None  # settings are cached, so identity is cheap
+
+
+class _Attachment:
+    """What the settings last attached to one store, and the settings it came from."""
+
+    __slots__ = ("backend", "seen", "wanted")
+
+    def __init__(self) -> None:
+        self.seen: CooldownSettings | None = None  # settings are cached: identity is cheap
+        self.wanted: _Wanted | None = None
+        self.backend: SharedObservations | None = None
+
+
+_attachments: weakref.WeakKeyDictionary[ModelCooldown, _Attachment] = weakref.WeakKeyDictionary()
 _attach_lock = new_lock(sys.modules[__name__], "_attach_lock")
 
 
 def share_when_configured(store: ModelCooldown, current: CooldownSettings) -> None:
     """Attach `store` to the Redis the settings name, or detach it when they name none.
 
-    Called by the pools on every scoped call; a no-op unless the settings changed.
+    Called by the pools on every scoped call; a no-op unless the settings changed. Each
+    store gets its own client; a store attached by hand (`attach_shared`) is left alone.
     """
-    global _last_seen
-    if current is _last_seen:
+    attachment = _attachments.get(store)
+    if attachment is not None and current is attachment.seen:
         return
     wanted = None
     if current.redis_url and current.redis_secret:
@@ -314,20 +334,22 @@ def share_when_configured(store: ModelCooldown, current: CooldownSettings) -> No
         )
     attached = None
     with _attach_lock:
-        if wanted != _attached:
-            attached = _attach(store, wanted)
-        _last_seen = current
+        attachment = _attachments.setdefault(store, _Attachment())
+        if wanted != attachment.wanted and store.shared is attachment.backend:
+            attached = _attach(store, attachment, wanted)
+        attachment.seen = current
     if attached is not None and wanted is not None:  # Redis I/O: after the lock is released
         attached.check_secret(wanted[1].encode())
 
 
-def _attach(store: ModelCooldown, wanted: _Wanted | None) -> RedisObservations | None:
+def _attach(
+    store: ModelCooldown, attachment: _Attachment, wanted: _Wanted | None
+) -> RedisObservations | None:
     """Attach `store` to the wanted Redis (or none); the backend attached, if any."""
-    global _attached
     previous = store.detach_shared()
     if isinstance(previous, RedisObservations):
         previous.close()
-    _attached = wanted
+    attachment.wanted, attachment.backend = wanted, None
     if wanted is None:
         return None
     url, secret, prefix, timeout_ms = wanted
@@ -337,4 +359,5 @@ def _attach(store: ModelCooldown, wanted: _Wanted | None) -> RedisObservations |
         warn_sharing_off(REDIS_URL_ENV)
         return None
     store.attach_shared(backend, secret=secret.encode())
+    attachment.backend = backend
     return backend

@@ -227,6 +227,12 @@ class ModelCooldown(Selection, Inspection, Attempts):
             raise ValueError("secret must be at least 32 bytes")
         self._shared = Sharing(shared, PreparedHmac(secret))
 
+    @property
+    def shared(self) -> SharedObservations | None:
+        """The backend shared with other processes, or `None` for process-local state."""
+        sharing = self._shared
+        return None if sharing is None else sharing.backend
+
     def detach_shared(self) -> SharedObservations | None:
         """Back to process-local state; returns the detached backend for closing."""
         sharing, self._shared = self._shared, None
