@@ -35,7 +35,7 @@ class ActiveKeyState:
     _full_until: float  # while full of live rests: the earliest of them
     _lock: threading.Lock  # the state above; never held across a probe or Redis
     _validation: threading.RLock  # one validation at a time (a probe may nest one)
-    _store: ModelCooldown = model_cooldown
+    store: ModelCooldown = model_cooldown
     _learner: WindowLearner = window_learner
 
     def __init_subclass__(cls, *, namespace: str | None = None, **kwargs: object) -> None:
@@ -50,7 +50,7 @@ class ActiveKeyState:
         observations (default: a new `ModelCooldown()`), shared with no other pool."""
         if not hasattr(type(self), "namespace"):
             raise TypeError(f"{type(self).__name__} names no namespace; use a NanoGPT pool")
-        self._store = own_store(store)
+        self.store = own_store(store)
         self._learner = WindowLearner()
         self._start(self)
 
@@ -159,7 +159,7 @@ class ActiveKeyState:
     ) -> None:
         """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth."""
         deadline = store_evidence(
-            self._store,
+            self.store,
             self._learner,
             self.namespace,
             key,

@@ -74,7 +74,7 @@ class CredentialPool(KeyRecording):
     # The class holds the default object's state; an object made with CredentialPool()
     # gets its own (`_start`).
     _lock: threading.Lock  # the registry; never held across Redis
-    _store: ModelCooldown
+    store: ModelCooldown  # where its scoped observations go (public: the status surface reads it)
     _learner: WindowLearner
     _legacy: LegacyRests
     _providers: dict[str, str | CodeKeys]
@@ -90,7 +90,7 @@ class CredentialPool(KeyRecording):
         """Fresh state on `pool` (the class, for its default object, or an object)."""
         state: Any = pool
         state._lock = new_lock(pool)
-        state._store, state._learner = store, learner
+        state.store, state._learner = store, learner
         state._legacy = LegacyRests()
         state._providers = dict(BUILT_IN_PROVIDERS)
         state._accounts = {}
@@ -229,7 +229,7 @@ class CredentialPool(KeyRecording):
             cost,
         )
         offload = (
-            self._store.shared is not None
+            self.store.shared is not None
             or shared_state_configured()
             or self._reads_keys_now(provider)
         )
@@ -252,13 +252,13 @@ class CredentialPool(KeyRecording):
         `cost` (a request's tokens, as `dispatch` takes it) a key whose tokens cannot hold
         that request shows as held by `"budget"`, as `dispatch` would find it.
         """
-        current = scoped_settings(self._store, model, quota_bucket)
+        current = scoped_settings(self.store, model, quota_bucket)
         candidates = self.keys(provider)
         current_time = resolve_now(now)
         maximum = None if current is None else current.max_seconds
         rests = self._legacy.live(provider, candidates, current_time, maximum)
         return keys_status(
-            self._store,
+            self.store,
             provider,
             candidates,
             rests,

@@ -112,7 +112,7 @@ def steps_for(
     scope = selection_scope(provider, model, quota_buckets=quota_buckets)
     if quota_bucket is not None and scope:
         scope["quota_bucket"] = quota_bucket
-    current = scoped_settings(pool._store, scope.get("model"), scope.get("quota_bucket"), provider)
+    current = scoped_settings(pool.store, scope.get("model"), scope.get("quota_bucket"), provider)
     if current is None:
         return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
             first=lambda: _keyed(pool.select(provider, affinity=affinity, now=now, **scope)),
@@ -139,7 +139,7 @@ def steps_for(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
         record=dispatch.record,
-        finish=lambda admitted, served, answered: pool._store.finish(
+        finish=lambda admitted, served, answered: pool.store.finish(
             admitted[1], served=served, answered=answered
         ),
         rotate_on=rotate_on,
@@ -163,7 +163,7 @@ class _ScopedDispatch:
         cost: int | None,
     ) -> None:
         self.pool, self.provider, self.now, self.current = pool, provider, now, current
-        self.store, self.learner = pool._store, pool._learner
+        self.store, self.learner = pool.store, pool._learner
         self.cost = cost
         self.model, self.quota_bucket = scope.get("model"), scope.get("quota_bucket")
         self.affinity = check_affinity(affinity)

@@ -46,7 +46,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         quota_bucket: str | None = None,
     ) -> str | None:
         """The active key if usable, else the first usable configured key, without probing."""
-        max_seconds = scoped_max_seconds(self._store, model, quota_bucket)
+        max_seconds = scoped_max_seconds(self.store, model, quota_bucket)
         configured = unique_stripped(keys)
         current_time = resolve_now(now)
         with self._lock:
@@ -55,7 +55,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             if max_seconds is None:
                 return next((key for key in ordered if key not in self.rejected_until), None)
             rests = self._rests_within(max_seconds, current_time)
-        return self._store.select(
+        return self.store.select(
             self.namespace,
             ordered,
             model=model,
@@ -153,7 +153,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
     ) -> None:
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        current = scoped_settings(self._store, model, quota_bucket)
+        current = scoped_settings(self.store, model, quota_bucket)
         if key is not None and not isinstance(key, str):
             raise TypeError("key must be a str")
         key = (key or "").strip()
@@ -196,7 +196,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         now: float | None = None,
     ) -> PoolStatus:
         """Per configured key position: ready or cooling, why and for how long."""
-        current = scoped_settings(self._store, model, quota_bucket)
+        current = scoped_settings(self.store, model, quota_bucket)
         configured = unique_stripped(keys)
         current_time = resolve_now(now)
         with self._lock:
@@ -205,7 +205,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
                 None if current is None else current.max_seconds, current_time
             )
         return keys_status(
-            self._store,
+            self.store,
             self.namespace,
             configured,
             rests,

@@ -64,7 +64,7 @@ class KeyRecording(KeySelection):
         provider: outside input (a client's own bearer token) cannot fill the table."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
-        current = scoped_settings(self._store, model, quota_bucket, provider)
+        current = scoped_settings(self.store, model, quota_bucket, provider)
         if key is None or key == "" or provider not in self._providers:
             return
         if not isinstance(key, str):
@@ -97,7 +97,7 @@ class KeyRecording(KeySelection):
         the key's cooldown, then its siblings' (with Redis, inside an attempt's ending, both
         ride on the attempt's end)."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
-            self._store,
+            self.store,
             self._learner,
             provider,
             key,
@@ -138,7 +138,7 @@ class KeyRecording(KeySelection):
             return
         remaining = max(0.0, deadline - resolve_now(now))
         for sibling in siblings:  # no pool lock: the store may reach Redis
-            self._store.record(
+            self.store.record(
                 provider,
                 sibling,
                 evidence.outcome,

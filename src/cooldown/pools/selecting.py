@@ -19,7 +19,7 @@ __all__ = ["KeySelection"]
 class KeySelection:
     """`keys`, `available`, `eligible` and `select`, mixed into `CredentialPool`."""
 
-    _store: ModelCooldown
+    store: ModelCooldown
     _legacy: LegacyRests
     _providers: dict[str, str | CodeKeys]  # the base variable of its keys, or code
     _accounts: dict[str, dict[int, str]]  # registered: position -> label
@@ -142,13 +142,13 @@ class KeySelection:
     ) -> list[str]:
         affinity = check_affinity(affinity)
         cost = check_cost(cost)
-        max_seconds = scoped_max_seconds(self._store, model, quota_bucket, provider)
+        max_seconds = scoped_max_seconds(self.store, model, quota_bucket, provider)
         candidates = self.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
         rests = self._legacy.live(provider, candidates, current_time, max_seconds)
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
-        filter_keys = self._store.eligible if raise_when_empty else self._store.available
+        filter_keys = self.store.eligible if raise_when_empty else self.store.available
         free = filter_keys(
             provider,
             candidates,
@@ -181,7 +181,7 @@ class KeySelection:
         Scoped: when every key cools, `ModelCooldownExhausted`; nothing is dispatched. With
         an `affinity` (a conversation or prompt-cache id) the free key it ranks first.
         """
-        max_seconds = scoped_max_seconds(self._store, model, quota_bucket, provider)
+        max_seconds = scoped_max_seconds(self.store, model, quota_bucket, provider)
         cost = check_cost(cost)
         candidates = configured = self.keys(provider)
         if check_affinity(affinity) is not None and max_seconds is not None:
@@ -191,7 +191,7 @@ class KeySelection:
         if max_seconds is None:
             free = [key for key in candidates if key not in rests]
             return free[0] if free else (candidates[0] if candidates else None)
-        return self._store.select(
+        return self.store.select(
             provider,
             candidates,
             model=model,

@@ -100,7 +100,7 @@ class ValidatedKeyPool(ActiveKeyState):
         """The store's filter with this pool's rejections as legacy rests; no pool lock held."""
         with self._lock:
             rests = self._rests_within(max_seconds, now)
-        return self._store.eligible(
+        return self.store.eligible(
             self.namespace,
             keys,
             model=model,
@@ -129,7 +129,7 @@ class ValidatedKeyPool(ActiveKeyState):
         each probing the upstream; callers that never probe (`record_result`, `invalidate`,
         `select_available_key`) are never blocked by a probe.
         """
-        current = scoped_settings(self._store, model, quota_bucket)
+        current = scoped_settings(self.store, model, quota_bucket)
         configured = unique_stripped(keys)
         if not configured:
             return None
@@ -183,7 +183,7 @@ class ValidatedKeyPool(ActiveKeyState):
             rests = self._rests_within(None if current is None else current.max_seconds, now)
         if current is None:
             return False
-        return not self._store.available(
+        return not self.store.available(
             self.namespace,
             [key],
             model=model,

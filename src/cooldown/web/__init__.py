@@ -18,7 +18,6 @@ from ..config import (
 from ..errors import APIError, ModelCooldownCapacity, ModelCooldownExhausted
 from ..evidence.advice import QUOTA_BUCKETS_CONFIG, checked_quota_buckets, read_app_settings_with
 from ..pools.accounts import apply_app_accounts
-from ..store import model_cooldown
 from .cli import cooldown_cli
 from .errors import (
     FORMAT_EXTENSION,
@@ -32,6 +31,7 @@ from .metrics import publish_when_multiprocess
 from .quart_app import quart_handlers
 from .relay import arelay, relay
 from .status import status_blueprint
+from .summary import POOLS_EXTENSION, checked_pools
 from .upstream import upstream_error_classes
 
 UNSET_AT_INIT_APP = (
@@ -57,7 +57,13 @@ def _flask_app_setting(name: str) -> object:
 read_app_settings_with(_flask_app_setting)
 
 
-def init_app(app: Any, *, error_format: str | None = None, upstream_errors: bool = False) -> None:
+def init_app(
+    app: Any,
+    *,
+    error_format: str | None = None,
+    upstream_errors: bool = False,
+    pools: object = None,
+) -> None:
     """Register the handlers, the CORS exposure and `flask cooldown`; a second call changes nothing.
 
     Reads the process settings (`MODEL_COOLDOWN_ENABLED`, `MAX_SECONDS`, `LEARN`, ...,
@@ -70,6 +76,9 @@ def init_app(app: Any, *, error_format: str | None = None, upstream_errors: bool
     handlers (its settings come from the environment; call this before the app serves).
     The status blueprint and the CLI are Flask's only.
 
+    `pools` is the pool object the app's status surface, CLI and metrics show (a
+    `CredentialPool()` of your own, or the class); `None` is the default object.
+
     `upstream_errors=True` also answers an upstream's error that reaches the view (the
     SDKs' `APIStatusError`, `httpx.HTTPStatusError`, `requests.HTTPError`): 502 for an
     upstream 5xx, the upstream's status for a 4xx, a generic message in the chosen format
@@ -77,6 +86,7 @@ def init_app(app: Any, *, error_format: str | None = None, upstream_errors: bool
     """
     if not isinstance(upstream_errors, bool):
         raise TypeError("upstream_errors must be a bool")
+    chosen_pools = checked_pools(pools)
     if _is_starlette(app):
         from .starlette import install_handlers
 
@@ -114,8 +124,11 @@ def init_app(app: Any, *, error_format: str | None = None, upstream_errors: bool
     app.after_request_funcs.setdefault(None, []).insert(0, expose_when_present)
     if flask_app:
         app.cli.add_command(cooldown_cli)
-    app.extensions["cooldown"] = model_cooldown
-    publish_when_multiprocess()  # with PROMETHEUS_MULTIPROC_DIR set: every worker is scraped
+    app.extensions["cooldown"] = chosen_pools.store
+    app.extensions[POOLS_EXTENSION] = chosen_pools
+    publish_when_multiprocess(
+        chosen_pools
+    )  # with PROMETHEUS_MULTIPROC_DIR set: every worker is scraped
 
 
 def _is_starlette(app: object) -> bool:

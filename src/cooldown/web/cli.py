@@ -13,8 +13,7 @@ import click
 from flask.cli import AppGroup
 
 from ..config import STATUS_TOKEN_ENV, settings
-from ..pools import CredentialPool
-from .summary import overview
+from .summary import app_pools, overview
 
 __all__ = ["cooldown_cli"]
 
@@ -92,11 +91,10 @@ def status_command(
     current = settings()
     if not (current.enabled and current.redis_url):
         raise click.ClickException(NOWHERE)
+    pools = app_pools()
     if provider is None:
-        click.echo(json.dumps(overview(), indent=2))
+        click.echo(json.dumps(overview(pools), indent=2))
         return
-    if not CredentialPool.pooled(provider):
+    if not pools.pooled(provider):
         raise click.BadParameter("no such provider is registered", param_hint="PROVIDER")
-    click.echo(
-        json.dumps(CredentialPool.status(provider, model=model, quota_bucket=bucket), indent=2)
-    )
+    click.echo(json.dumps(pools.status(provider, model=model, quota_bucket=bucket), indent=2))

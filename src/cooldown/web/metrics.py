@@ -19,7 +19,7 @@ from flask import Response
 
 from ..forksafe import new_lock
 from ..store.backend import FLEET_COUNTERS
-from .summary import overview
+from .summary import Pools, app_pools, overview
 
 __all__ = ["MULTIPROCESS_ENV", "PUBLISH_SECONDS", "metrics_response", "publish_when_multiprocess"]
 
@@ -84,9 +84,10 @@ def _fleet_named(name: str) -> tuple[str, str]:
 class _Publisher:
     """This process's values as multiprocess metrics (files named by its pid)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pools: Pools) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
+        self.pools = pools
         registry = CollectorRegistry()  # written to files, collected by MultiProcessCollector
         self._gauges = {
             name: Gauge(
@@ -174,15 +175,15 @@ def _multiprocess() -> bool:
     return True
 
 
-def publish_when_multiprocess() -> _Publisher | None:
-    """Start this process's publisher thread once (again in a forked worker); `None` when
-    multiprocess mode is off."""
+def publish_when_multiprocess(pools: Pools | None = None) -> _Publisher | None:
+    """Start this process's publisher thread once (again in a forked worker), publishing
+    `pools` (default: the current app's); `None` when multiprocess mode is off."""
     global _publisher, _publishing_pid
     if not _multiprocess():
         return None
     with _start_lock:
         if _publishing_pid != os.getpid():
-            _publisher = _Publisher()
+            _publisher = _Publisher(app_pools() if pools is None else pools)
             _publishing_pid = os.getpid()
             threading.Thread(target=_publish_forever, args=(_publisher,), daemon=True).start()
         return _publisher
@@ -190,8 +191,8 @@ def publish_when_multiprocess() -> _Publisher | None:
 
 def _restart_in_child() -> None:
     """A worker forked from a publishing parent (gunicorn --preload) publishes its own values."""
-    if _publishing_pid:
-        publish_when_multiprocess()
+    if _publishing_pid and _publisher is not None:
+        publish_when_multiprocess(_publisher.pools)
 
 
 os.register_at_fork(after_in_child=_restart_in_child)
@@ -201,11 +202,11 @@ def _publish_forever(publisher: _Publisher) -> None:
     pid = os.getpid()
     while pid == _publishing_pid:
         with contextlib.suppress(Exception):  # a metrics thread never takes a worker down
-            publisher.publish(overview())
+            publisher.publish(overview(publisher.pools))
         time.sleep(PUBLISH_SECONDS)
 
 
-def metrics_response() -> Response:
+def metrics_response(pools: Pools) -> Response:
     """`GET <prefix>/metrics`: one process's values, or every worker's in multiprocess mode."""
     try:
         from prometheus_client import CollectorRegistry, generate_latest
@@ -213,13 +214,13 @@ def metrics_response() -> Response:
     except ImportError:
         return Response(METRICS_MISSING, status=501, mimetype="text/plain")
     registry = CollectorRegistry()
-    if publish_when_multiprocess() is not None:
+    if publish_when_multiprocess(pools) is not None:
         from prometheus_client import multiprocess
 
         # Every worker's values, this one's included, as published in the last second.
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
-        registry.register(_Collector(overview()))
+        registry.register(_Collector(overview(pools)))
     # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, once
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 

@@ -13,9 +13,8 @@ from typing import Any, TypeGuard
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from ..config import STATUS_TOKEN_ENV, warn_once
-from ..pools import CredentialPool
 from .metrics import metrics_response
-from .summary import matrix, overview
+from .summary import Pools, app_pools, checked_pools, matrix, overview
 
 __all__ = ["MIN_TOKEN_LENGTH", "check_token", "status_blueprint", "status_token"]
 
@@ -109,8 +108,11 @@ def flask_only(app: object) -> Flask:
     return app
 
 
-def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
+def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> Blueprint:
     """`GET <prefix>/` (page), `/status`, `/status/<provider>` (GET or POST) and `/metrics`.
+
+    `pools` is the pool object shown (a `CredentialPool()` of your own, or the class);
+    `None` shows the one `init_app(app, pools=...)` named, else the default object.
 
     Every data endpoint needs `Authorization: Bearer <MODEL_COOLDOWN_STATUS_TOKEN>`; with no
     token configured every method and path under the prefix answers 404, so the surface does
@@ -119,6 +121,7 @@ def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
     """
     if not isinstance(url_prefix, str) or not url_prefix.startswith("/"):
         raise TypeError("url_prefix must be a str starting with '/'")
+    chosen = None if pools is None else checked_pools(pools)
     blueprint = Blueprint("cooldown_status", __name__, url_prefix=url_prefix)
     blueprint.record_once(lambda state: check_token(flask_only(state.app)))
     prefixes: set[str] = set()
@@ -161,22 +164,26 @@ def status_blueprint(*, url_prefix: str = "/cooldown") -> Blueprint:
         response.headers["Referrer-Policy"] = "no-referrer"
         return response
 
+    def shown() -> Pools:
+        return app_pools() if chosen is None else chosen
+
     @route("/status", ["GET"])
     def summary() -> Response:
-        return jsonify(overview())
+        return jsonify(overview(shown()))
 
     @route("/status/<provider>", ["GET", "POST"])
     def provider_status(provider: str) -> Response:
-        if not CredentialPool.pooled(provider):
+        pool = shown()
+        if not pool.pooled(provider):
             return _error(404, "unknown_provider", "No such provider is registered.")
         model, bucket, everything = _lookup()
         if everything:
-            return jsonify(matrix(provider))
-        return jsonify(CredentialPool.status(provider, model=model, quota_bucket=bucket))
+            return jsonify(matrix(pool, provider))
+        return jsonify(pool.status(provider, model=model, quota_bucket=bucket))
 
     @route("/metrics", ["GET"])
     def metrics() -> Response:
-        return metrics_response()
+        return metrics_response(shown())
 
     @route("", _EVERY_METHOD)
     @route("/", [method for method in _EVERY_METHOD if method not in ("GET", "HEAD")])

@@ -3,16 +3,47 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeAlias
 
 from flask import current_app, has_app_context
 
 from ..config import STATUS_MODELS_ENV, warn_once
 from ..evidence.advice import selection_scope
 from ..pools import CredentialPool
-from ..store import model_cooldown
 
-__all__ = ["catalog", "matrix", "overview"]
+__all__ = [
+    "POOLS_EXTENSION",
+    "Pools",
+    "app_pools",
+    "catalog",
+    "checked_pools",
+    "matrix",
+    "overview",
+]
+
+Pools: TypeAlias = "CredentialPool | type[CredentialPool]"
+"""A pool object, or the class: the default object every class-level call uses."""
+
+POOLS_EXTENSION = "cooldown.pools"
+
+
+def checked_pools(pools: object) -> Pools:
+    """`pools=` as `init_app` and `status_blueprint` take it: `None` is the default object."""
+    if pools is None:
+        return CredentialPool
+    if isinstance(pools, CredentialPool) or (
+        isinstance(pools, type) and issubclass(pools, CredentialPool)
+    ):
+        return pools
+    raise TypeError("pools must be a CredentialPool object, the class, or None")
+
+
+def app_pools() -> Pools:
+    """The pools `init_app(app, pools=...)` gave the current app; else the default object."""
+    if not has_app_context():
+        return CredentialPool
+    pools: Pools = current_app.extensions.get(POOLS_EXTENSION, CredentialPool)
+    return pools
 
 
 def catalog() -> list[str]:
@@ -32,21 +63,24 @@ def catalog() -> list[str]:
     return list(dict.fromkeys(name for name in names if name))
 
 
-def overview() -> dict[str, Any]:
+def overview(pools: Pools) -> dict[str, Any]:
     """Per provider with keys, what clients meet first (the scopes where every key cools,
     and the catalog names they get 429 for), then one consistent set of counts (`ready +
     cooling == keys`; `cooling_some_models` counts ready keys cooling for some model); then
     this process's counters, and the fleet's (`None` without sharing)."""
     names = catalog()
     providers = {}
-    for provider in CredentialPool.providers():
-        keys = CredentialPool.keys(provider)
+    store = pools.store
+    for provider in pools.providers():
+        keys = pools.keys(provider)
         if not keys:
             continue  # a built-in provider this gateway does not use
-        status = CredentialPool.status(provider)
+        status = pools.status(provider)
         providers[provider] = {
-            "all_cooling_scopes": model_cooldown.all_cooling_scopes(provider, keys),
-            "clients_get_429_for": [name for name in names if _every_key_cools(provider, name)],
+            "all_cooling_scopes": store.all_cooling_scopes(provider, keys),
+            "clients_get_429_for": [
+                name for name in names if _every_key_cools(pools, provider, name)
+            ],
             "keys": len(status["keys"]),
             "ready": status["ready"],
             "cooling": status["cooling"],
@@ -56,22 +90,22 @@ def overview() -> dict[str, Any]:
     return {
         "providers": providers,
         "worker_pid": os.getpid(),  # whose counters these are (each worker keeps its own)
-        **model_cooldown.stats(),
-        "fleet": model_cooldown.fleet(),
+        **store.stats(),
+        "fleet": store.fleet(),
     }
 
 
-def _every_key_cools(provider: str, name: str) -> bool:
-    status = CredentialPool.status(provider, **selection_scope(provider, name))
+def _every_key_cools(pools: Pools, provider: str, name: str) -> bool:
+    status = pools.status(provider, **selection_scope(provider, name))
     return status["ready"] == 0
 
 
-def matrix(provider: str) -> dict[str, Any]:
+def matrix(pools: Pools, provider: str) -> dict[str, Any]:
     """Every catalog model's view of the provider's keys, computed now, in catalog order."""
     rows = []
     for name in catalog():
         scope = selection_scope(provider, name)  # the app's quota buckets apply
-        status = CredentialPool.status(provider, **scope)
+        status = pools.status(provider, **scope)
         rows.append(
             {
                 "model": name,
