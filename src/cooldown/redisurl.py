@@ -8,6 +8,7 @@ before anything connects; a URL this package cannot honour exactly is refused, n
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -108,20 +109,20 @@ def parse_redis_url(url: str) -> RedisEndpoint:
         else:
             raise ValueError("an option the client cannot use as given")
     username, password = _credentials(parts.netloc)
+    endpoint = functools.partial(
+        RedisEndpoint,
+        mode,
+        tls,
+        username=username,
+        password=password,
+        options=tuple(options),
+        timeouts=tuple(timeouts),
+    )
     path = unquote(parts.path)
     if scheme == "unix":
         if not path.startswith("/"):
             raise ValueError("a unix URL needs an absolute socket path")
-        return RedisEndpoint(
-            mode,
-            tls,
-            unix_path=path,
-            db=db,
-            username=username,
-            password=password,
-            options=tuple(options),
-            timeouts=tuple(timeouts),
-        )
+        return endpoint(unix_path=path, db=db)
     hosts = _hosts(parts.netloc, 26379 if mode == "sentinel" else 6379)
     service_name = None
     segments = [segment for segment in path.split("/") if segment]
@@ -137,17 +138,7 @@ def parse_redis_url(url: str) -> RedisEndpoint:
         db = _db(segments[0])
     if mode == "single" and len(hosts) != 1:
         raise ValueError("one host for a single server")
-    return RedisEndpoint(
-        mode,
-        tls,
-        hosts=hosts,
-        db=db,
-        username=username,
-        password=password,
-        service_name=service_name,
-        options=tuple(options),
-        timeouts=tuple(timeouts),
-    )
+    return endpoint(hosts=hosts, db=db, service_name=service_name)
 
 
 def _db(text: str) -> int:

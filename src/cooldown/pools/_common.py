@@ -22,7 +22,7 @@ from ..digests import frame, scope_message
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome, classify_status
 from ..shared import share_when_configured
-from ..store import ModelCooldown
+from ..store import CallScope, ModelCooldown
 
 __all__ = [
     "ScopedRecording",
@@ -162,16 +162,13 @@ def scoped_max_seconds(
 def store_evidence(
     store: ModelCooldown,
     learner: WindowLearner,
-    namespace: str,
+    scope: CallScope,
     key: str,
     evidence: ScopedRecording,
     *,
-    model: str | None,
-    quota_bucket: str | None,
     retry_after_seconds: float | None,
     fallback_seconds: float,
     current: CooldownSettings,
-    now: float | None,
     sent_at: float | None = None,
 ) -> float | None:
     """Record one scoped observation in the store; hold no pool lock (it may reach Redis).
@@ -184,26 +181,26 @@ def store_evidence(
     if current.learn != "off":
         fallback_seconds = _learned_fallback(
             learner,
-            namespace,
+            scope.provider,
             key,
             evidence.outcome,
-            scope_message(model, quota_bucket),
+            scope_message(scope.model, scope.quota_bucket),
             advice=retry_after_seconds,
             fallback=fallback_seconds,
             current=current,
-            now=resolve_now(now),
+            now=resolve_now(scope.now),
         )
     return store.record(
-        namespace,
+        scope.provider,
         key,
         evidence.outcome,
-        model=model,
-        quota_bucket=quota_bucket,
+        model=scope.model,
+        quota_bucket=scope.quota_bucket,
         credential_wide_auth=evidence.credential_wide_auth,
         retry_after_seconds=retry_after_seconds,
         fallback_seconds=fallback_seconds,
         max_seconds=current.max_seconds,
-        now=now,
+        now=scope.now,
         sent_at=sent_at,
     )
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..config import CooldownSettings
 from ..evidence.learn import WindowLearner, window_learner
 from ..forksafe import new_lock, new_rlock
-from ..store import ModelCooldown, model_cooldown
+from ..store import CallScope, ModelCooldown, model_cooldown
 from ._common import ScopedRecording, store_evidence
 from .default import own_store, pool_method
 
@@ -148,28 +148,25 @@ class ActiveKeyState:
         self,
         key: str,
         evidence: ScopedRecording,
+        now: float,
         *,
-        model: str | None,
-        quota_bucket: str | None,
-        retry_after_seconds: float | None,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        retry_after_seconds: float | None = None,
         fallback_seconds: float,
         current: CooldownSettings,
-        now: float,
         sent_at: float | None = None,
     ) -> None:
         """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth."""
         deadline = store_evidence(
             self.store,
             self._learner,
-            self.namespace,
+            CallScope(self.namespace, model, quota_bucket, now, current.max_seconds),
             key,
             evidence,
-            model=model,
-            quota_bucket=quota_bucket,
             retry_after_seconds=retry_after_seconds,
             fallback_seconds=fallback_seconds,
             current=current,
-            now=now,
             sent_at=sent_at,
         )
         if evidence.rejected_wide and deadline is not None:

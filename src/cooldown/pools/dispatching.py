@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from ..arguments import check_cost, resolve_now, usable_advice
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, warn_once
@@ -22,7 +22,7 @@ from ..evidence.advice import (
 )
 from ..evidence.answers import Answer
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
-from ..store import Attempt, Order
+from ..store import Attempt, CallScope, Order
 from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation
@@ -162,43 +162,43 @@ class _ScopedDispatch:
         current: CooldownSettings,
         cost: int | None,
     ) -> None:
-        self.pool, self.provider, self.now, self.current = pool, provider, now, current
+        self.pool, self.current = pool, current
         self.store, self.learner = pool.store, pool._learner
-        self.cost = cost
-        self.model, self.quota_bucket = scope.get("model"), scope.get("quota_bucket")
         self.affinity = check_affinity(affinity)
-        self.order: Order = "configured" if self.affinity is not None else order
-        self.accounts: dict[str, str] = {}  # key -> its account's label, read with the keys
+        self.scope = CallScope(  # its accounts are read with the keys, at each admission
+            provider,
+            scope.get("model"),
+            scope.get("quota_bucket"),
+            now,
+            current.max_seconds,
+            order="configured" if self.affinity is not None else order,
+            cost=cost,
+        )
 
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
         """The next key, counted in flight; affinity keeps its rendezvous order."""
-        pool, provider = self.pool, self.provider
+        pool, provider = self.pool, self.scope.provider
         candidates = pool.keys(provider)
         if not candidates:
             return None
-        current_time = resolve_now(self.now)
+        current_time = resolve_now(self.scope.now)
         rests = pool._legacy.live(provider, candidates, current_time, self.current.max_seconds)
-        self.accounts = pool._labels(provider, candidates)
+        self.scope = self.scope._replace(accounts=pool._labels(provider, candidates))
         if self.affinity is not None:
             candidates = by_affinity(candidates, self.affinity)
         taken = self.store.admit(
-            provider,
+            self.scope._replace(now=current_time),
             candidates,
-            model=self.model,
-            quota_bucket=self.quota_bucket,
-            max_seconds=self.current.max_seconds,
-            now=current_time,
             legacy_rest_until=rests,
-            order=self.order,
             exclude=tried,
             lease_seconds=self.current.lease_seconds,
-            cost=self.cost,
-            accounts=self.accounts,
         )
         if taken is not None and taken[1].shared is not None and self.current.learn != "off":
             learned = taken[1].shared.learned
             if learned is not None:  # the fleet's estimate, read with the admission
-                self.learner.adopt(provider, taken[0], self._scope(), learned, now=current_time)
+                self.learner.adopt(
+                    provider, taken[0], self._scope_message(), learned, now=current_time
+                )
         return taken
 
     def record(
@@ -216,7 +216,9 @@ class _ScopedDispatch:
         else:
             with self.store.ending(attempt):
                 self._record(key, attempt, answer, recording, advice)
-                attempt.shared.learned = self.learner.export(self.provider, key, self._scope())
+                attempt.shared.learned = self.learner.export(
+                    self.scope.provider, key, self._scope_message()
+                )
 
     def _record(
         self,
@@ -229,27 +231,17 @@ class _ScopedDispatch:
         received_at = time.time()
         tokens = token_budget(answer.headers, received_at) if answer.headers else None
         if tokens is not None:
-            self._keep(self.store.record_token_budget, key, tokens, attempt)
+            self._keep("tokens", key, tokens, attempt)
             if self._token_shortfall(answer, tokens[0]):
                 return  # the key's tokens are recorded; smaller requests still fit
-        self.pool._record_scoped(
-            self.provider,
-            key,
-            recording,
-            self.model,
-            self.quota_bucket,
-            advice,
-            self.current,
-            self.now,
-            attempt.started,
-        )
+        self.pool._record_scoped(self.scope, key, recording, advice, self.current, attempt.started)
         budget = request_budget(answer.headers, received_at) if answer.headers else None
         if budget is not None:
-            self._keep(self.store.record_budget, key, budget, attempt)
+            self._keep("requests", key, budget, attempt)
 
     def _keep(
         self,
-        record: Callable[..., None],
+        kind: Literal["requests", "tokens"],
         key: str,
         announced: tuple[int, float, int | None],
         attempt: Attempt,
@@ -257,28 +249,26 @@ class _ScopedDispatch:
         """Record a budget the answer announced (requests or tokens), as of the attempt's
         start, its reset capped at the maximum."""
         remaining, reset, limit = announced
+        record = self.store.record_budget if kind == "requests" else self.store.record_token_budget
         record(
-            self.provider,
+            self.scope,
             key,
-            model=self.model,
-            quota_bucket=self.quota_bucket,
             remaining=remaining,
             reset_seconds=min(reset, self.current.max_seconds),
             limit=limit,
-            now=self.now,
-            account=self.accounts.get(key),
             attempt=attempt,
         )
 
     def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
         """A 429 with requests left and fewer tokens than this request costs: a shortfall
         of this request, not a spent window."""
-        if answer.status != 429 or self.cost is None or tokens_left >= self.cost:
+        cost = self.scope.cost
+        if answer.status != 429 or cost is None or tokens_left >= cost:
             return False
         requests = requests_remaining(answer.headers)
         return requests is not None and requests > 0
 
-    def _scope(self) -> bytes:
-        message = scope_message(self.model, self.quota_bucket)
+    def _scope_message(self) -> bytes:
+        message = scope_message(self.scope.model, self.scope.quota_bucket)
         assert message is not None  # the scoped path has a model or a bucket
         return message

@@ -8,7 +8,7 @@ from typing import Literal, TypedDict
 from ..arguments import retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
-from ..store import ModelCooldown
+from ..store import CallScope, ModelCooldown
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
@@ -109,15 +109,6 @@ def keys_status(
             for key, (reason, release) in zip(keys, wide, strict=True)
         ]
         return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS, labels)
-    explained = store.explain(
-        provider,
-        keys,
-        model=model,
-        quota_bucket=quota_bucket,
-        max_seconds=current.max_seconds,
-        now=now,
-        legacy_rest_until=rests,
-        accounts=accounts,
-        cost=cost,
-    )
+    scope = CallScope(provider, model, quota_bucket, now, current.max_seconds, accounts, cost=cost)
+    explained = store.explain(scope, keys, legacy_rest_until=rests)
     return pool_status(provider, explained, scoped, now, current.max_seconds, labels)

@@ -54,16 +54,8 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             ordered = self._active_first(configured)
             if max_seconds is None:
                 return next((key for key in ordered if key not in self.rejected_until), None)
-            rests = self._rests_within(max_seconds, current_time)
-        return self.store.select(
-            self.namespace,
-            ordered,
-            model=model,
-            quota_bucket=quota_bucket,
-            max_seconds=max_seconds,
-            now=current_time,
-            legacy_rest_until=rests,
-        )
+        free = self._eligible(ordered, model, quota_bucket, max_seconds, current_time)
+        return free[0] if free else None
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -167,12 +159,12 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             self._record_scoped(
                 key,
                 evidence,
+                current_time,
                 model=model,
                 quota_bucket=quota_bucket,
                 retry_after_seconds=retry_after_seconds,
                 fallback_seconds=evidence.fallback(rejected=ttl, otherwise=throttle_seconds),
                 current=current,
-                now=current_time,
                 sent_at=sent_at,
             )
         with self._lock:

@@ -10,6 +10,7 @@ from ..config import CooldownSettings, warn_once
 from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
+from ..store import CallScope
 from ._common import (
     ScopedRecording,
     check_evidence,
@@ -76,77 +77,68 @@ class KeyRecording(KeySelection):
             warn_once(provider, NOT_HELD_WARNING)
             return
         evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
-        self._record_scoped(
-            provider, key, evidence, model, quota_bucket, retry_after_seconds, current, now, sent_at
-        )
+        scope = CallScope(provider, model, quota_bucket, now, current.max_seconds)
+        self._record_scoped(scope, key, evidence, retry_after_seconds, current, sent_at)
 
     @pool_method
     def _record_scoped(
         self,
-        provider: str,
+        scope: CallScope,
         key: str,
         evidence: ScopedRecording,
-        model: str | None,
-        quota_bucket: str | None,
         retry_after_seconds: float | None,
         current: CooldownSettings,
-        now: float | None,
         sent_at: float | None,
     ) -> None:
         """`record` on the scoped path, its arguments checked (`dispatch` calls it directly):
         the key's cooldown, then its siblings' (with Redis, inside an attempt's ending, both
-        ride on the attempt's end)."""
+        ride on the attempt's end). The store reads the clock itself when `scope.now` is None."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
             self.store,
             self._learner,
-            provider,
+            scope,
             key,
             evidence,
-            model=model,
-            quota_bucket=quota_bucket,
             retry_after_seconds=retry_after_seconds,
             fallback_seconds=evidence.fallback(
                 rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
             ),
             current=current,
-            now=now,  # checked by the store, which reads the clock itself when it is None
             sent_at=sent_at,
         )
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
-            self._legacy.rest(provider, key, deadline, resolve_now(now), keep_later=True)
-        self._cool_siblings(provider, key, evidence, model, quota_bucket, deadline, current, now)
+            now = resolve_now(scope.now)
+            self._legacy.rest(scope.provider, key, deadline, now, keep_later=True)
+        self._cool_siblings(scope, key, evidence, deadline, current)
 
     @pool_method
     def _cool_siblings(
         self,
-        provider: str,
+        scope: CallScope,
         key: str,
         evidence: ScopedRecording,
-        model: str | None,
-        quota_bucket: str | None,
         deadline: float | None,
         current: CooldownSettings,
-        now: float | None,
     ) -> None:
         """A throttle of one key of an account is its siblings' too: the same scope cools for
         each of them until the same deadline. An auth rejection stays the one key's."""
         if deadline is None or evidence.outcome.credential_health != "throttled":
             return
-        siblings = self.siblings(provider, key)
+        siblings = self.siblings(scope.provider, key)
         if not siblings:
             return
-        remaining = max(0.0, deadline - resolve_now(now))
+        remaining = max(0.0, deadline - resolve_now(scope.now))
         for sibling in siblings:  # no pool lock: the store may reach Redis
             self.store.record(
-                provider,
+                scope.provider,
                 sibling,
                 evidence.outcome,
-                model=model,
-                quota_bucket=quota_bucket,
+                model=scope.model,
+                quota_bucket=scope.quota_bucket,
                 retry_after_seconds=remaining,
                 max_seconds=current.max_seconds,
-                now=now,
+                now=scope.now,
             )
 
     @pool_method

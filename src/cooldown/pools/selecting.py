@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..arguments import check_cost, require_keys, resolve_now
-from ..store import ModelCooldown, Order
+from ..store import CallScope, ModelCooldown, Order
 from ._common import by_affinity, check_affinity, scoped_max_seconds
 from .accounts import AccountMap, accounts_from_environment, labels_by_key
 from .code_keys import CodeKeys
@@ -148,19 +148,12 @@ class KeySelection:
         rests = self._legacy.live(provider, candidates, current_time, max_seconds)
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
-        filter_keys = self.store.eligible if raise_when_empty else self.store.available
-        free = filter_keys(
-            provider,
-            candidates,
-            model=model,
-            quota_bucket=quota_bucket,
-            max_seconds=max_seconds,
-            now=current_time,
-            legacy_rest_until=rests,
-            order=order,
-            cost=cost,
-            accounts=self.key_accounts(provider),
+        accounts = self.key_accounts(provider)
+        scope = CallScope(
+            provider, model, quota_bucket, current_time, max_seconds, accounts, order, cost
         )
+        filter_keys = self.store.eligible if raise_when_empty else self.store.available
+        free = filter_keys(scope, candidates, legacy_rest_until=rests)
         return by_affinity(free, affinity)
 
     @pool_method
@@ -191,15 +184,7 @@ class KeySelection:
         if max_seconds is None:
             free = [key for key in candidates if key not in rests]
             return free[0] if free else (candidates[0] if candidates else None)
-        return self.store.select(
-            provider,
-            candidates,
-            model=model,
-            quota_bucket=quota_bucket,
-            max_seconds=max_seconds,
-            now=now,  # checked; the store reads the clock itself when it is None
-            legacy_rest_until=rests,
-            order=order,
-            cost=cost,
-            accounts=self._labels(provider, configured),
-        )
+        accounts = self._labels(provider, configured)
+        # `now` is checked; the store reads the clock itself when it is None
+        scope = CallScope(provider, model, quota_bucket, now, max_seconds, accounts, order, cost)
+        return self.store.select(scope, candidates, legacy_rest_until=rests)

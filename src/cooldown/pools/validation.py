@@ -10,6 +10,7 @@ from ..arguments import resolve_now, seconds
 from ..config import CooldownSettings
 from ..errors import NanoGPTKeyPoolExhausted
 from ..evidence.outcome import classify_upstream_outcome
+from ..store import CallScope
 from ._common import ScopedRecording, scoped_settings, unique_stripped
 from .active_key import ActiveKeyState
 from .default import pool_method
@@ -100,15 +101,8 @@ class ValidatedKeyPool(ActiveKeyState):
         """The store's filter with this pool's rejections as legacy rests; no pool lock held."""
         with self._lock:
             rests = self._rests_within(max_seconds, now)
-        return self.store.eligible(
-            self.namespace,
-            keys,
-            model=model,
-            quota_bucket=quota_bucket,
-            max_seconds=max_seconds,
-            now=now,
-            legacy_rest_until=rests,
-        )
+        scope = CallScope(self.namespace, model, quota_bucket, now, max_seconds)
+        return self.store.eligible(scope, keys, legacy_rest_until=rests)
 
     @pool_method
     def select_key(
@@ -183,15 +177,8 @@ class ValidatedKeyPool(ActiveKeyState):
             rests = self._rests_within(None if current is None else current.max_seconds, now)
         if current is None:
             return False
-        return not self.store.available(
-            self.namespace,
-            [key],
-            model=model,
-            quota_bucket=quota_bucket,
-            max_seconds=current.max_seconds,
-            now=now,
-            legacy_rest_until=rests,
-        )
+        scope = CallScope(self.namespace, model, quota_bucket, now, current.max_seconds)
+        return not self.store.available(scope, [key], legacy_rest_until=rests)
 
     @pool_method
     def _validate(
@@ -232,15 +219,9 @@ class ValidatedKeyPool(ActiveKeyState):
                     self._reject(key, status, policy.ttl, policy.throttle_seconds, now)
             elif current is not None and status == 401:
                 # A probe carries no model evidence: only genuine auth cools the key.
+                wide_auth = ScopedRecording(classify_upstream_outcome(401), True)
                 self._record_scoped(
-                    key,
-                    ScopedRecording(classify_upstream_outcome(401), True),
-                    model=None,
-                    quota_bucket=None,
-                    retry_after_seconds=None,
-                    fallback_seconds=policy.ttl,
-                    current=current,
-                    now=now,
+                    key, wide_auth, now, fallback_seconds=policy.ttl, current=current
                 )
             elif key == previous:
                 previous_ambiguous = True

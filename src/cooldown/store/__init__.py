@@ -14,12 +14,14 @@ from .policy import (
     Order,
     model_cooldown,
 )
+from .scope import CallScope
 
 __all__ = [
     "MAX_ENTRIES",
     "ORDERS",
     "SCOPES_PER_CREDENTIAL",
     "Attempt",
+    "CallScope",
     "ModelCooldown",
     "Order",
     "model_cooldown",

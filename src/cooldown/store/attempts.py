@@ -28,6 +28,7 @@ from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
 from .accounts import account_entries
 from .admission import Admission, Attempt, Claim, Order
 from .backend import SharedAttempt, Sharing
+from .scope import CallScope, call_scope
 from .selection import gather
 
 __all__ = ["Attempts", "ending_attempt"]
@@ -60,7 +61,7 @@ class Attempts:
 
     def admit(
         self,
-        provider: str,
+        provider: str | CallScope,
         keys: Sequence[str],
         *,
         model: str | None = None,
@@ -79,20 +80,10 @@ class Attempts:
         (`ModelCooldownExhausted`) when none is free. `cost` (tokens) is held against the
         key's token budget while the attempt is in flight; `accounts` (key -> label) makes
         the budgets of an account's keys one. End it with `finish`."""
-        taken = self._admitted(
-            provider,
-            keys,
-            model,
-            quota_bucket,
-            max_seconds,
-            now,
-            legacy_rest_until,
-            order,
-            exclude,
-            lease_seconds,
-            check_cost(cost),
-            accounts,
+        scope = call_scope(
+            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "spread"
         )
+        taken = self._admitted(scope, keys, legacy_rest_until, exclude, lease_seconds)
         if taken is not None and taken[1].probe:
             with self._lock:
                 self._probes_total += 1
@@ -103,44 +94,40 @@ class Attempts:
 
     def _admitted(
         self,
-        provider: str,
+        scope: CallScope,
         keys: Sequence[str],
-        model: str | None,
-        quota_bucket: str | None,
-        max_seconds: int,
-        now: float | None,
         legacy_rest_until: Mapping[str, float] | None,
-        order: Order,
         exclude: Collection[str],
         lease_seconds: float,
-        cost: int | None,
-        accounts: Mapping[str, str] | None,
     ) -> tuple[str, Attempt] | None:
         lease = finite_number(lease_seconds, "lease_seconds")
         if lease <= 0:
             raise ValueError("lease_seconds must be above 0")
         if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
             raise TypeError("exclude must be a collection of keys, not a single string")
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
+        cost = check_cost(scope.cost)
         sharing = self._shared
         claim = Claim(frozenset(exclude), lease, deferred=sharing is not None, cost=cost)
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
-        self._choose("eligible", gather(None, *args, accounts), order, claim, cost)
+        self._choose(
+            "eligible", gather(None, scope, keys, legacy_rest_until), scope.order, claim, cost
+        )
         if sharing is None or not claim.candidates:
             return claim.taken
-        scope = scope_message(model, quota_bucket)
-        assert scope is not None  # _choose refuses a claim without one
+        message = scope_message(scope.model, scope.quota_bucket)
+        assert message is not None  # _choose refuses a claim without one
         answered, taken = self._admit_shared(
             sharing,
             claim,
-            credential_prefix(provider),
-            scope,
-            accounts or {},
-            spread=order == "spread",
+            credential_prefix(scope.provider),
+            message,
+            scope.accounts or {},
+            spread=scope.order == "spread",
         )
         if not answered:  # Redis did not answer: this process's bookkeeping decides
             local = Claim(claim.exclude, lease, cost=cost)
-            self._choose("eligible", gather(sharing, *args, accounts), order, local, cost)
+            lookup = gather(sharing, scope, keys, legacy_rest_until)
+            self._choose("eligible", lookup, scope.order, local, cost)
             return local.taken
         return taken
 
@@ -222,7 +209,7 @@ class Attempts:
 
     def record_budget(
         self,
-        provider: str,
+        provider: str | CallScope,
         credential: str,
         *,
         model: str | None = None,
@@ -240,19 +227,17 @@ class Attempts:
         With the label of the `account` the credential is in, the budget is the account's.
         It is as of `sent_at` (the `attempt`'s start, else `now`): an answer stamped earlier
         than the budget kept replaces nothing, and attempts started since spend from it."""
+        accounts = None if account is None else {credential: account}
+        scope = call_scope(
+            provider, model, quota_bucket, now, 3600, accounts, "configured", None, "configured"
+        )
         self._keep_budget(
-            "requests",
-            (provider, credential, model, quota_bucket, now, account),
-            remaining,
-            reset_seconds,
-            limit,
-            sent_at,
-            attempt,
+            "requests", scope, credential, remaining, reset_seconds, limit, sent_at, attempt
         )
 
     def record_token_budget(
         self,
-        provider: str,
+        provider: str | CallScope,
         credential: str,
         *,
         model: str | None = None,
@@ -270,35 +255,34 @@ class Attempts:
         request costing more than there are, less what attempts started since `sent_at`
         cost, waits until enough is back or goes to another key. The `account`'s, when it
         is given. Shared like the request budget, with the attempt's end."""
+        accounts = None if account is None else {credential: account}
+        scope = call_scope(
+            provider, model, quota_bucket, now, 3600, accounts, "configured", None, "configured"
+        )
         self._keep_budget(
-            "tokens",
-            (provider, credential, model, quota_bucket, now, account),
-            remaining,
-            reset_seconds,
-            limit,
-            sent_at,
-            attempt,
+            "tokens", scope, credential, remaining, reset_seconds, limit, sent_at, attempt
         )
 
     def _keep_budget(
         self,
         kind: Literal["requests", "tokens"],
-        owner: tuple[str, str, str | None, str | None, float | None, str | None],
+        scope: CallScope,
+        credential: str,
         remaining: object,
         reset_seconds: object,
         limit: object,
         sent_at: float | None,
         attempt: Attempt | None,
     ) -> None:
-        """Check an announced budget, keep it for its owner (see `_budget_entry`) as of its
-        stamp and, inside an attempt's ending, hand it to the attempt's end for the shared
-        state."""
+        """Check an announced budget, keep it for the credential (or its account in
+        `scope.accounts`) as of its stamp and, inside an attempt's ending, hand it to the
+        attempt's end for the shared state."""
         remaining, reset = _checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = _checked_budget(limit, 0)
         if attempt is not None:
             require_attempt(attempt)
-        located = self._budget_entry(*owner)
+        located = self._budget_entry(scope, credential)
         if located is None:
             return
         entry, current_time = located
@@ -324,27 +308,20 @@ class Attempts:
                 ending.tokens = announced
             ending.now = max(ending.now, current_time)
 
-    def _budget_entry(
-        self,
-        provider: str,
-        credential: str,
-        model: str | None,
-        quota_bucket: str | None,
-        now: float | None,
-        account: str | None,
-    ) -> tuple[bytes, float] | None:
+    def _budget_entry(self, scope: CallScope, credential: str) -> tuple[bytes, float] | None:
         """The (credential, scope) entry a budget belongs to, or its account's (account,
         scope) entry, and `now`; `None` unscoped."""
-        scope = scope_message(model, quota_bucket)
-        prefix = credential_prefix(provider)
-        message = credential_message(prefix, require_str(credential, "credential"))
+        message = scope_message(scope.model, scope.quota_bucket)
+        prefix = credential_prefix(scope.provider)
+        credential_part = credential_message(prefix, require_str(credential, "credential"))
+        account = None if scope.accounts is None else scope.accounts.get(credential)
         if account is not None:
             if type(account) is not str or not account:
                 raise TypeError("account must be a non-empty str or None")
-            message = account_message(prefix, account)
-        if scope is None:
+            credential_part = account_message(prefix, account)
+        if message is None:
             return None
-        return self._digest(message) + self._digest(scope), resolve_now(now)
+        return self._digest(credential_part) + self._digest(message), resolve_now(scope.now)
 
 
 def _checked_budget(remaining: object, reset_seconds: object) -> tuple[int, float]:

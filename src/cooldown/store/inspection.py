@@ -14,6 +14,7 @@ from .admission import Admission
 from .backend import Sharing
 from .budget import DIGEST_SIZE
 from .schedule import DeadlineSchedule
+from .scope import CallScope, call_scope
 from .selection import Lookup, Reason, gather
 
 __all__ = ["Inspection"]
@@ -45,7 +46,7 @@ class Inspection:
 
     def explain(
         self,
-        provider: str,
+        provider: str | CallScope,
         keys: Sequence[str],
         *,
         model: str | None = None,
@@ -66,9 +67,19 @@ class Inspection:
         held by `"capacity"`.
         Counts nothing and raises no cooldown error: this is for operators, not routes.
         """
-        checked_cost = check_cost(cost)
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until)
-        lookup = gather(self._shared, *args, accounts=accounts)
+        scope = call_scope(
+            provider,
+            model,
+            quota_bucket,
+            now,
+            max_seconds,
+            accounts,
+            "configured",
+            cost,
+            "configured",
+        )
+        checked_cost = check_cost(scope.cost)
+        lookup = gather(self._shared, scope, keys, legacy_rest_until)
         ceiling, given_now, shared_overflow = lookup[0], lookup[5], lookup[7]
         with self._lock:
             current_time = time.monotonic() if given_now is None else given_now

@@ -22,6 +22,7 @@ from .accounts import account_entries, checked_labels
 from .admission import ORDERS, Admission, Admitted, Claim, Load, Order
 from .backend import Sharing, shared_releases
 from .schedule import DeadlineSchedule
+from .scope import CallScope, call_scope
 
 __all__ = [
     "Lookup",
@@ -56,23 +57,17 @@ _Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
 
 def gather(
     sharing: Sharing | None,
-    provider: str,
+    scope: CallScope,
     keys: Sequence[str],
-    model: str | None,
-    quota_bucket: str | None,
-    max_seconds: int,
-    now: float | None,
     legacy_rest_until: Mapping[str, float] | None,
-    order: Order = "configured",
-    accounts: Mapping[str, str] | None = None,
 ) -> Lookup:
-    """Check the arguments, then ask the shared backend (before any lock is taken)."""
-    if order not in ORDERS:
+    """Check the call's scope and keys, then ask the shared backend (before any lock)."""
+    if scope.order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}")
-    ceiling = bounded_max_seconds(max_seconds)
-    prefix = credential_prefix(provider)
+    ceiling = bounded_max_seconds(scope.max_seconds)
+    prefix = credential_prefix(scope.provider)
     keys = require_keys(keys)
-    scope = scope_message(model, quota_bucket)
+    message = scope_message(scope.model, scope.quota_bucket)
     if legacy_rest_until is None:
         legacy = _NO_LEGACY_RESTS
     elif type(legacy_rest_until) is dict or isinstance(legacy_rest_until, Mapping):
@@ -84,15 +79,15 @@ def gather(
             raise TypeError("each key must be a str")
         if key in legacy:
             finite_number(legacy[key], "legacy_rest_until value")
-    grouped = _NO_ACCOUNTS if accounts is None else checked_labels(accounts)
-    given_now = None if now is None else resolve_now(now)
+    grouped = _NO_ACCOUNTS if scope.accounts is None else checked_labels(scope.accounts)
+    given_now = None if scope.now is None else resolve_now(scope.now)
     shared: dict[str, tuple[float, float]] = {}
     shared_overflow = 0.0
     if sharing is not None and keys:
         shared, shared_overflow = shared_releases(
-            sharing, prefix, keys, scope, resolve_now(given_now), ceiling
+            sharing, prefix, keys, message, resolve_now(given_now), ceiling
         )
-    return ceiling, prefix, keys, scope, legacy, given_now, shared, shared_overflow, grouped
+    return ceiling, prefix, keys, message, legacy, given_now, shared, shared_overflow, grouped
 
 
 def scan(
@@ -297,9 +292,19 @@ class Selection:
                 claim.take(admitted, self._admission, current_time, earliest, ceiling)
             return free
 
+    def _free(
+        self,
+        mode: Literal["available", "eligible", "select"],
+        scope: CallScope,
+        keys: Sequence[str],
+        legacy_rest_until: Mapping[str, float] | None,
+    ) -> list[str]:
+        lookup = gather(self._shared, scope, keys, legacy_rest_until)
+        return self._choose(mode, lookup, scope.order, cost=check_cost(scope.cost))
+
     def available(
         self,
-        provider: str,
+        provider: str | CallScope,
         keys: Sequence[str],
         *,
         model: str | None = None,
@@ -314,13 +319,14 @@ class Selection:
         """The keys not cooling for this scope, in the given order (or spread); with a
         `cost` (tokens), those whose token budget holds it. `accounts` maps a key to the
         label of the provider account it shares request and token budgets with."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        lookup = gather(self._shared, *args, accounts)
-        return self._choose("available", lookup, order, cost=check_cost(cost))
+        scope = call_scope(
+            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "configured"
+        )
+        return self._free("available", scope, keys, legacy_rest_until)
 
     def eligible(
         self,
-        provider: str,
+        provider: str | CallScope,
         keys: Sequence[str],
         *,
         model: str | None = None,
@@ -333,13 +339,14 @@ class Selection:
         accounts: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        lookup = gather(self._shared, *args, accounts)
-        return self._choose("eligible", lookup, order, cost=check_cost(cost))
+        scope = call_scope(
+            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "configured"
+        )
+        return self._free("eligible", scope, keys, legacy_rest_until)
 
     def select(
         self,
-        provider: str,
+        provider: str | CallScope,
         keys: Sequence[str],
         *,
         model: str | None = None,
@@ -352,7 +359,8 @@ class Selection:
         accounts: Mapping[str, str] | None = None,
     ) -> str | None:
         """The first key not cooling; `None` without keys; a 429 when every key cools."""
-        args = (provider, keys, model, quota_bucket, max_seconds, now, legacy_rest_until, order)
-        lookup = gather(self._shared, *args, accounts)
-        free = self._choose("select", lookup, order, cost=check_cost(cost))
+        scope = call_scope(
+            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "configured"
+        )
+        free = self._free("select", scope, keys, legacy_rest_until)
         return free[0] if free else None

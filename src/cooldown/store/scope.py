@@ -1,0 +1,55 @@
+"""One call's scope: built once where a call enters, read by every layer below it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from .admission import Order
+
+__all__ = ["CallScope", "call_scope"]
+
+
+class CallScope(NamedTuple):
+    """Whose keys, for which model or quota bucket, as of when, under which maximum, and
+    how a selection ranks them; frozen, so a step can pass it on without a copy.
+
+    `accounts` maps a key to the label of the provider account it shares budgets with.
+    `order` is `"configured"` here and in `select`/`available`, which answer one question;
+    `dispatch` and `admit` default to `"spread"` because concurrent dispatches should not
+    all take the first key.
+    """
+
+    provider: str
+    model: str | None = None
+    quota_bucket: str | None = None
+    now: float | None = None
+    max_seconds: int = 3600
+    accounts: Mapping[str, str] | None = None
+    order: Order = "configured"
+    cost: int | None = None
+
+
+_UNSET_PARTS = (None, None, None, 3600, None, None)
+
+
+def call_scope(
+    provider: str | CallScope,
+    model: str | None,
+    quota_bucket: str | None,
+    now: float | None,
+    max_seconds: int,
+    accounts: Mapping[str, str] | None,
+    order: Order,
+    cost: int | None,
+    default_order: Order,
+) -> CallScope:
+    """A store method's scope: the `CallScope` the pools pass in `provider`'s place, or one
+    built from a direct caller's keywords (never both: that is a `TypeError`)."""
+    if not isinstance(provider, CallScope):
+        return CallScope(provider, model, quota_bucket, now, max_seconds, accounts, order, cost)
+    if (model, quota_bucket, now, max_seconds, accounts, cost) != _UNSET_PARTS or (
+        order != default_order
+    ):
+        raise TypeError("pass a CallScope or the scope's keywords, not both")
+    return provider
