@@ -25,7 +25,7 @@ from ..shared import share_when_configured
 from ..store import CallScope, ModelCooldown
 
 __all__ = [
-    "ScopedRecording",
+    "CheckedEvidence",
     "by_affinity",
     "check_affinity",
     "check_evidence",
@@ -164,7 +164,7 @@ def store_evidence(
     learner: WindowLearner,
     scope: CallScope,
     key: str,
-    evidence: ScopedRecording,
+    evidence: CheckedEvidence,
     *,
     retry_after_seconds: float | None,
     fallback_seconds: float,
@@ -258,7 +258,7 @@ def check_affinity(affinity: object) -> str | None:
     return affinity or None
 
 
-class ScopedRecording(NamedTuple):
+class CheckedEvidence(NamedTuple):
     """The evidence one scoped `record` call passes to the store."""
 
     outcome: UpstreamOutcome
@@ -267,7 +267,7 @@ class ScopedRecording(NamedTuple):
     @classmethod
     def from_call(
         cls, status: int, outcome: UpstreamOutcome | None, credential_wide_auth: bool | None
-    ) -> ScopedRecording:
+    ) -> CheckedEvidence:
         """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise.
 
         The pools have already passed both through `check_evidence`.

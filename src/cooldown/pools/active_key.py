@@ -11,7 +11,7 @@ from ..config import CooldownSettings
 from ..evidence.learn import WindowLearner, window_learner
 from ..forksafe import new_lock, new_rlock
 from ..store import CallScope, ModelCooldown, model_cooldown
-from ._common import ScopedRecording, store_evidence
+from ._common import CheckedEvidence, store_evidence
 from .default import own_store, pool_method
 
 __all__ = ["AUTH_STATUSES", "MAX_REJECTIONS", "ActiveKeyState"]
@@ -147,7 +147,7 @@ class ActiveKeyState:
     def _record_scoped(
         self,
         key: str,
-        evidence: ScopedRecording,
+        evidence: CheckedEvidence,
         now: float,
         *,
         model: str | None = None,

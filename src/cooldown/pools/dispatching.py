@@ -23,7 +23,7 @@ from ..evidence.advice import (
 from ..evidence.answers import Answer
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
 from ..store import Attempt, CallScope, Order
-from ._common import ScopedRecording, by_affinity, check_affinity, scoped_settings
+from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation
 
@@ -207,15 +207,15 @@ class _ScopedDispatch:
         """Record the answer as of the attempt's start; keep the budget its headers announce.
         With shared state, these writes go with the attempt's end, in one round trip."""
         key, attempt = admitted
-        recording = ScopedRecording.from_call(
+        checked = CheckedEvidence.from_call(
             answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
         )
         advice = evidence.get("retry_after_seconds")
         if attempt.shared is None:
-            self._record(key, attempt, answer, recording, advice)
+            self._record(key, attempt, answer, checked, advice)
         else:
             with self.store.ending(attempt):
-                self._record(key, attempt, answer, recording, advice)
+                self._record(key, attempt, answer, checked, advice)
                 attempt.shared.learned = self.learner.export(
                     self.scope.provider, key, self._scope_message()
                 )
@@ -225,7 +225,7 @@ class _ScopedDispatch:
         key: str,
         attempt: Attempt,
         answer: Answer,
-        recording: ScopedRecording,
+        checked: CheckedEvidence,
         advice: float | None,
     ) -> None:
         received_at = time.time()
@@ -234,7 +234,7 @@ class _ScopedDispatch:
             self._keep("tokens", key, tokens, attempt)
             if self._token_shortfall(answer, tokens[0]):
                 return  # the key's tokens are recorded; smaller requests still fit
-        self.pool._record_scoped(self.scope, key, recording, advice, self.current, attempt.started)
+        self.pool._record_scoped(self.scope, key, checked, advice, self.current, attempt.started)
         budget = request_budget(answer.headers, received_at) if answer.headers else None
         if budget is not None:
             self._keep("requests", key, budget, attempt)

@@ -8,11 +8,9 @@ from typing import Literal, TypedDict
 from ..arguments import retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
-from ..store import CallScope, ModelCooldown
+from ..store import CallScope, ModelCooldown, Reason
 
 __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
-
-Reason = Literal["credential", "scope", "legacy", "probe", "budget", "capacity"]
 
 
 class KeyStatus(TypedDict):
@@ -35,7 +33,7 @@ class PoolStatus(TypedDict):
 
 def pool_status(
     provider: str,
-    explained: Sequence[tuple[str | None, float]],
+    explained: Sequence[tuple[Reason | None, float]],
     scoped: Sequence[int],
     now: float,
     max_seconds: int,
@@ -51,7 +49,7 @@ def pool_status(
             {
                 "index": position,
                 "state": "ready" if reason is None else "cooling",
-                "reason": reason,  # type: ignore[typeddict-item]
+                "reason": reason,
                 "retry_after": None if reason is None else retry_after(release, now, max_seconds),
                 "scoped_cooldowns": count,
                 "account": labels[position - 1] if position <= len(labels) else None,
@@ -101,10 +99,10 @@ def keys_status(
         share_when_configured(store, configured)
     scoped = store.scoped_counts(provider, keys, now=now)
     if current is None:  # unscoped: the pool's own rests decide, and with the feature on
-        wide: Sequence[tuple[str | None, float]] = [(None, 0.0)] * len(keys)
+        wide: Sequence[tuple[Reason | None, float]] = [(None, 0.0)] * len(keys)
         if configured.enabled:  # a credential-wide rejection another worker saw, too
             wide = store.explain(provider, keys, max_seconds=LARGEST_MAX_SECONDS, now=now)
-        legacy: list[tuple[str | None, float]] = [
+        legacy: list[tuple[Reason | None, float]] = [
             ("legacy", rests[key]) if key in rests and rests[key] >= release else (reason, release)
             for key, (reason, release) in zip(keys, wide, strict=True)
         ]

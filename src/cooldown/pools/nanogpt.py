@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ..arguments import resolve_now, seconds
 from ..evidence.outcome import UpstreamOutcome
 from ._common import (
-    ScopedRecording,
+    CheckedEvidence,
     check_evidence,
     scoped_max_seconds,
     scoped_settings,
@@ -155,7 +155,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         throttle_seconds = seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds")
         current_time = resolve_now(now)
         if current is not None:
-            evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
+            evidence = CheckedEvidence.from_call(status, outcome, credential_wide_auth)
             self._record_scoped(
                 key,
                 evidence,

@@ -12,7 +12,7 @@ from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
 from ..store import CallScope
 from ._common import (
-    ScopedRecording,
+    CheckedEvidence,
     check_evidence,
     scoped_settings,
     status_code,
@@ -76,7 +76,7 @@ class KeyRecording(KeySelection):
         if key not in self.keys(provider):  # outside input (a client's token) fills no table
             warn_once(provider, NOT_HELD_WARNING)
             return
-        evidence = ScopedRecording.from_call(status, outcome, credential_wide_auth)
+        evidence = CheckedEvidence.from_call(status, outcome, credential_wide_auth)
         scope = CallScope(provider, model, quota_bucket, now, current.max_seconds)
         self._record_scoped(scope, key, evidence, retry_after_seconds, current, sent_at)
 
@@ -85,7 +85,7 @@ class KeyRecording(KeySelection):
         self,
         scope: CallScope,
         key: str,
-        evidence: ScopedRecording,
+        evidence: CheckedEvidence,
         retry_after_seconds: float | None,
         current: CooldownSettings,
         sent_at: float | None,
@@ -117,7 +117,7 @@ class KeyRecording(KeySelection):
         self,
         scope: CallScope,
         key: str,
-        evidence: ScopedRecording,
+        evidence: CheckedEvidence,
         deadline: float | None,
         current: CooldownSettings,
     ) -> None:

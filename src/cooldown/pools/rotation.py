@@ -26,12 +26,12 @@ Steps = Generator[str, Any, Any]
 """Yields the key to send with next; receives that attempt's `Answer`; returns the last one."""
 
 
-Admitted = tuple[str, Any]
+Taken = tuple[str, Any]
 """A key to send with, and what must be ended when its attempt is over (or `None`)."""
 
 
 class Record(Protocol):
-    def __call__(self, admitted: Admitted, answer: Answer, evidence: RecordingContext) -> None: ...
+    def __call__(self, admitted: Taken, answer: Answer, evidence: RecordingContext) -> None: ...
 
 
 def check_rotate_on(statuses: object) -> frozenset[int]:
@@ -49,10 +49,10 @@ def check_rotate_on(statuses: object) -> frozenset[int]:
 
 def rotation(
     *,
-    first: Callable[[], Admitted | None],
-    rest: Callable[[set[str]], Admitted | None],
+    first: Callable[[], Taken | None],
+    rest: Callable[[set[str]], Taken | None],
     record: Record,
-    finish: Callable[[Admitted, bool, bool], None],
+    finish: Callable[[Taken, bool, bool], None],
     rotate_on: frozenset[int],
     retried: Callable[[], None],
     read: Callable[[Answer], RecordingContext],

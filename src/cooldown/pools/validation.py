@@ -11,7 +11,7 @@ from ..config import CooldownSettings
 from ..errors import NanoGPTKeyPoolExhausted
 from ..evidence.outcome import classify_upstream_outcome
 from ..store import CallScope
-from ._common import ScopedRecording, scoped_settings, unique_stripped
+from ._common import CheckedEvidence, scoped_settings, unique_stripped
 from .active_key import ActiveKeyState
 from .default import pool_method
 
@@ -219,7 +219,7 @@ class ValidatedKeyPool(ActiveKeyState):
                     self._reject(key, status, policy.ttl, policy.throttle_seconds, now)
             elif current is not None and status == 401:
                 # A probe carries no model evidence: only genuine auth cools the key.
-                wide_auth = ScopedRecording(classify_upstream_outcome(401), True)
+                wide_auth = CheckedEvidence(classify_upstream_outcome(401), True)
                 self._record_scoped(
                     key, wide_auth, now, fallback_seconds=policy.ttl, current=current
                 )

@@ -15,6 +15,7 @@ from .policy import (
     model_cooldown,
 )
 from .scope import CallScope
+from .selection import Reason
 
 __all__ = [
     "MAX_ENTRIES",
@@ -24,5 +25,6 @@ __all__ = [
     "CallScope",
     "ModelCooldown",
     "Order",
+    "Reason",
     "model_cooldown",
 ]

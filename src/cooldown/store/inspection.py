@@ -56,7 +56,7 @@ class Inspection:
         legacy_rest_until: Mapping[str, float] | None = None,
         accounts: Mapping[str, str] | None = None,
         cost: int | None = None,
-    ) -> list[tuple[str | None, float]]:
+    ) -> list[tuple[Reason | None, float]]:
         """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
 
         The reason is the observation that holds the key longest: `"credential"`,
@@ -220,7 +220,7 @@ def explain_keys(
     now: float,
     overflow: float,
     cost: int | None = None,
-) -> list[tuple[Reason, float]]:
+) -> list[tuple[Reason | None, float]]:
     """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free.
 
     A free key whose probe is out (`"probe"`) or whose announced budget is spent
@@ -230,14 +230,14 @@ def explain_keys(
     accounts = {}
     if scope_digest is not None:
         accounts = account_entries(digest, prefix, keys, labels, scope_digest)
-    explained: list[tuple[Reason, float]] = []
+    explained: list[tuple[Reason | None, float]] = []
     for key in keys:
         credential = digest(credential_message(prefix, key))  # `gather` checked the keys
         shared_wide, shared_scope = shared.get(key, (0.0, 0.0))
         scope_release = 0.0
         if scope_digest is not None:
             scope_release = deadlines.get(credential + scope_digest, 0.0)
-        held = (
+        held: tuple[tuple[Reason, float], ...] = (
             ("credential", max(deadlines.get(credential, 0.0), shared_wide)),
             ("scope", max(scope_release, shared_scope)),
             ("legacy", legacy.get(key, 0.0)),
