@@ -10,6 +10,7 @@ __all__ = [
     "credential_message",
     "credential_prefix",
     "frame",
+    "label_message",
     "optional_str",
     "scope_message",
 ]
@@ -27,6 +28,7 @@ _CREDENTIAL_TAG = frame("credential")
 _MODEL_TAG = frame("model")
 _BUCKET_TAG = frame("quota_bucket")
 _ACCOUNT_TAG = frame("account")
+_LABEL_TAG = frame("label")
 
 
 class PreparedHmac:
@@ -82,6 +84,12 @@ def account_message(prefix: bytes, label: str) -> bytes:
     """What an account id is the HMAC of: the provider's `credential_prefix`, the label, and
     a tag no credential message ends with (a credential's frame ends the message)."""
     return prefix + frame(label) + _ACCOUNT_TAG
+
+
+def label_message(prefix: bytes, credential: str) -> bytes:
+    """What a key's operator label is the HMAC of: a message of its own (a tag no credential
+    message ends with), so a label is never a prefix of a stored id."""
+    return prefix + frame(credential) + _LABEL_TAG
 
 
 def optional_str(value: object, name: str) -> str | None:

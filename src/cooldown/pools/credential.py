@@ -19,6 +19,7 @@ from ._common import (
     shared_state_configured,
 )
 from .accounts import checked_accounts
+from .actions import PoolActions
 from .code_keys import CodeKeys, KeySource
 from .default import own_store, pool_method
 from .dispatching import steps_for
@@ -60,7 +61,7 @@ BUILT_IN_PROVIDERS: Mapping[str, str] = {
 """The providers every pool starts with, each read from its numbered variables."""
 
 
-class CredentialPool(KeyRecording):
+class CredentialPool(KeyRecording, PoolActions):
     """Provider key pools: `CredentialPool.select("ce-gpt-plus")` on the default object (the
     class), or on an object of your own, `pool = CredentialPool()`, that shares nothing with
     it or with any other (its registrations, rests, store and learned windows are its own).

@@ -178,12 +178,13 @@ class _ScopedDispatch:
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
         """The next key, counted in flight; affinity keeps its rendezvous order."""
         pool, provider = self.pool, self.scope.provider
-        candidates = pool.keys(provider)
+        configured = pool.keys(provider)
+        current_time = resolve_now(self.scope.now)
+        candidates = pool._in_rotation(provider, configured, current_time)
         if not candidates:
             return None
-        current_time = resolve_now(self.scope.now)
         rests = pool._legacy.live(provider, candidates, current_time, self.current.max_seconds)
-        self.scope = self.scope._replace(accounts=pool._labels(provider, candidates))
+        self.scope = self.scope._replace(accounts=pool._labels(provider, configured))
         if self.affinity is not None:
             candidates = by_affinity(candidates, self.affinity)
         taken = self.store.admit(

@@ -15,7 +15,8 @@ __all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
 class KeyStatus(TypedDict):
     index: int  # 1-based position in the configured order
-    state: Literal["ready", "cooling"]  # for the scope asked about (none: unscoped selection)
+    label: str  # stable, non-secret: what drain, undrain and clear name the key by
+    state: Literal["ready", "cooling", "drained"]  # for the scope asked (none: unscoped)
     reason: Reason | None
     retry_after: int | None
     scoped_cooldowns: int  # models or buckets this key cools for right now, whatever was asked
@@ -27,6 +28,7 @@ class PoolStatus(TypedDict):
     keys: list[KeyStatus]
     ready: int
     cooling: int
+    drained: int  # taken out of rotation by an operator: ready + cooling + drained == keys
     cooling_some_models: int  # ready keys with scoped_cooldowns > 0: per-model trouble
     accounts_cooling: int  # accounts whose every key is cooling for the scope asked
 
@@ -38,17 +40,23 @@ def pool_status(
     now: float,
     max_seconds: int,
     labels: Sequence[str | None] = (),
+    *,
+    key_labels: Sequence[str],
+    drained: Sequence[bool],
 ) -> PoolStatus:
     """JSON-ready status from `ModelCooldown.explain`-style `(reason, release)` pairs and
-    `ModelCooldown.scoped_counts`, with each key's account label (`labels`, in key order)."""
+    `ModelCooldown.scoped_counts`, with each key's account label (`labels`, in key order),
+    its operator label and whether it is drained."""
     keys: list[KeyStatus] = []
-    for position, ((reason, release), count) in enumerate(
-        zip(explained, scoped, strict=True), start=1
+    for position, ((reason, release), count, label, out) in enumerate(
+        zip(explained, scoped, key_labels, drained, strict=True), start=1
     ):
+        state: Literal["ready", "cooling", "drained"] = "ready" if reason is None else "cooling"
         keys.append(
             {
                 "index": position,
-                "state": "ready" if reason is None else "cooling",
+                "label": label,
+                "state": "drained" if out else state,
                 "reason": reason,
                 "retry_after": None if reason is None else retry_after(release, now, max_seconds),
                 "scoped_cooldowns": count,
@@ -56,11 +64,13 @@ def pool_status(
             }
         )
     cooling = sum(1 for key in keys if key["state"] == "cooling")
+    out_of_rotation = sum(1 for key in keys if key["state"] == "drained")
     return {
         "provider": provider,
         "keys": keys,
-        "ready": len(keys) - cooling,
+        "ready": len(keys) - cooling - out_of_rotation,
         "cooling": cooling,
+        "drained": out_of_rotation,
         "cooling_some_models": sum(
             1 for key in keys if key["state"] == "ready" and key["scoped_cooldowns"]
         ),
@@ -98,6 +108,9 @@ def keys_status(
     if configured.enabled:  # status reads the shared state too, scoped or not
         share_when_configured(store, configured)
     scoped = store.scoped_counts(provider, keys, now=now)
+    drained = store.drained_keys(provider, list(keys), now=now)
+    key_labels = [store.label(provider, key) for key in keys]
+    out = [key in drained for key in keys]
     if current is None:  # unscoped: the pool's own rests decide, and with the feature on
         wide: Sequence[tuple[Reason | None, float]] = [(None, 0.0)] * len(keys)
         if configured.enabled:  # a credential-wide rejection another worker saw, too
@@ -106,7 +119,25 @@ def keys_status(
             ("legacy", rests[key]) if key in rests and rests[key] >= release else (reason, release)
             for key, (reason, release) in zip(keys, wide, strict=True)
         ]
-        return pool_status(provider, legacy, scoped, now, LARGEST_MAX_SECONDS, labels)
+        return pool_status(
+            provider,
+            legacy,
+            scoped,
+            now,
+            LARGEST_MAX_SECONDS,
+            labels,
+            key_labels=key_labels,
+            drained=out,
+        )
     scope = CallScope(provider, model, quota_bucket, now, current.max_seconds, accounts, cost=cost)
     explained = store.explain(scope, keys, legacy_rest_until=rests)
-    return pool_status(provider, explained, scoped, now, current.max_seconds, labels)
+    return pool_status(
+        provider,
+        explained,
+        scoped,
+        now,
+        current.max_seconds,
+        labels,
+        key_labels=key_labels,
+        drained=out,
+    )

@@ -90,6 +90,12 @@ class KeySelection:
         return [other for other, its in labels.items() if its == label and other != key]
 
     @pool_method
+    def _in_rotation(self, provider: str, candidates: list[str], now: float) -> list[str]:
+        """The candidates an operator has not drained (no digest at all while none is)."""
+        drained = self.store.drained_keys(provider, candidates, now=now)
+        return [key for key in candidates if key not in drained] if drained else candidates
+
+    @pool_method
     def available(
         self,
         provider: str,
@@ -145,6 +151,7 @@ class KeySelection:
         max_seconds = scoped_max_seconds(self.store, model, quota_bucket, provider)
         candidates = self.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
+        candidates = self._in_rotation(provider, candidates, current_time)
         rests = self._legacy.live(provider, candidates, current_time, max_seconds)
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
@@ -176,7 +183,8 @@ class KeySelection:
         """
         max_seconds = scoped_max_seconds(self.store, model, quota_bucket, provider)
         cost = check_cost(cost)
-        candidates = configured = self.keys(provider)
+        configured = self.keys(provider)
+        candidates = self._in_rotation(provider, configured, resolve_now(now))
         if check_affinity(affinity) is not None and max_seconds is not None:
             candidates, order = by_affinity(candidates, affinity), "configured"  # rendezvous
         current_time = resolve_now(now)

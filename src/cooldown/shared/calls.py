@@ -76,7 +76,16 @@ class ScriptCalls:
             client = connect(self._endpoint, self._timeout)
             self._scripts = {
                 name: client.register_script(getattr(shared_scripts, name.upper()))
-                for name in ("record", "clear", "lookup", "start", "end", "release", "secret_check")
+                for name in (
+                    "record",
+                    "clear",
+                    "lookup",
+                    "start",
+                    "end",
+                    "release",
+                    "secret_check",
+                    "forget_credential",
+                )
             }
             self._client = client
         return self._client

@@ -43,6 +43,7 @@ from .calls import (
     ScriptCalls,
     finite,
 )
+from .operators import SharedKeyActions
 
 __all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
 
@@ -61,7 +62,7 @@ UNRELEASED = 1024
 """Attempts whose end did not reach Redis, kept to release when it answers again."""
 
 
-class RedisObservations(ScriptCalls):
+class RedisObservations(ScriptCalls, SharedKeyActions):
     """The shared half of a store; every method answers `None` instead of raising.
 
     `None` means "Redis did not answer": the caller keeps its local answer.
@@ -85,6 +86,7 @@ class RedisObservations(ScriptCalls):
         self._secret_check_key = f"{{{prefix}}}:{shared_scripts.SECRET_CHECK_KEY}"
         self._live_read: tuple[float, list[str] | None] = (-math.inf, None)
         self._fleet_key = f"{{{prefix}}}:fleet"
+        self._start_key_actions(prefix)
 
     def __repr__(self) -> str:
         return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"

@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "CLEAR",
     "END",
+    "FORGET_CREDENTIAL",
     "KEY_NAMES",
     "LOOKUP",
     "RECORD",
@@ -360,3 +361,26 @@ end
 return 1
 """
 )
+
+# An operator's clear. ARGV[1]: the credential's id; ARGV[2]: one scope's id, or "" for every
+# scope and the credential-wide entries. Attempts in flight (inflight, leases, costs) stay.
+FORGET_CREDENTIAL = """
+local credential, scope = ARGV[1], ARGV[2]
+local function matches(member)
+  if string.sub(member, 1, 1) == 't' then member = string.sub(member, 2) end
+  if scope ~= '' then return member == credential .. scope end
+  return string.sub(member, 1, #credential) == credential
+end
+local function forget(key, members, remove)
+  for _, member in ipairs(members) do
+    if matches(member) then redis.call(remove, key, member) end
+  end
+end
+for _, index in ipairs({1, 6, 8, 9, 10, 12}) do
+  forget(KEYS[index], redis.call('ZRANGE', KEYS[index], 0, -1), 'ZREM')
+end
+for _, index in ipairs({5, 7, 11, 13}) do
+  forget(KEYS[index], redis.call('HKEYS', KEYS[index]), 'HDEL')
+end
+return 1
+"""

@@ -8,10 +8,10 @@ budgets end at their reset, and the maps that only order keys are capped.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import islice
-from typing import Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from .announced import Budget, Unseen
 from .backend import SharedAttempt
@@ -82,6 +82,13 @@ class Admission:
             table.clear()
         self._lease_expiry.clear()
         self._unseen.clear()
+
+    def forget(self, matches: Callable[[bytes], bool]) -> None:
+        """An operator's clear: the matching entries' probes, releases and budgets."""
+        tables: list[dict[bytes, Any]] = [self._probing, self._released, self._budgets]
+        for table in [*tables, self._token_budgets]:
+            for entry in [entry for entry in table if matches(entry)]:
+                del table[entry]
 
     # -- the store tells -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from .attempts import Attempts, ending_attempt
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
 from .inspection import Inspection
+from .operators import KeyActions
 from .schedule import DeadlineSchedule
 from .selection import Selection
 
@@ -65,7 +66,7 @@ def _entry_parts(
     return ()
 
 
-class ModelCooldown(Selection, Inspection, Attempts):
+class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
     """Cooldown deadlines per (credential, model or bucket), bounded and safe to share.
 
     Keys, models and bucket names are reduced to HMAC digests under a salt that never
@@ -104,6 +105,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
         self._capacity_rejections_total = 0
         self._probes_total = 0
         self._shared: Sharing | None = None
+        self._drained: set[bytes] = set()  # credential digests an operator drained
 
     def __repr__(self) -> str:
         return f"<ModelCooldown entries={len(self._deadlines)} capacity={self.capacity}>"
@@ -244,6 +246,7 @@ class ModelCooldown(Selection, Inspection, Attempts):
             self._schedule.clear()
             self._budget.clear()
             self._admission.clear()
+            self._drained.clear()
             self._escalated_total = 0
             self._exhausted_total = 0
             self._capacity_rejections_total = 0

@@ -1,0 +1,114 @@
+"""An operator's hands on one key: its label, a drain, and a clear of what it was seen to do.
+
+Mixed into `ModelCooldown`. A drain is kept as the key's credential digest (locally, and as
+its shared id in Redis, where it outlives any worker); a clear removes the key's entries.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..arguments import require_str, resolve_now
+from ..digests import (
+    PreparedHmac,
+    credential_message,
+    credential_prefix,
+    label_message,
+    scope_message,
+)
+from .admission import Admission
+from .backend import Sharing
+from .budget import DIGEST_SIZE
+from .schedule import DeadlineSchedule
+
+__all__ = ["MAX_DRAINED", "KeyActions"]
+
+MAX_DRAINED = 10000
+"""Keys one store holds drained at most; a drain beyond it is a `ValueError`."""
+
+
+class KeyActions:
+    _lock: threading.Lock
+    _digest: PreparedHmac
+    _deadlines: dict[bytes, float]
+    _schedule: DeadlineSchedule
+    _admission: Admission
+    _shared: Sharing | None
+    _drained: set[bytes]
+
+    def label(self, provider: str, key: str) -> str:
+        """The key's operator label, `"k-"` and 8 hex digits: stable under the shared secret
+        (so a fleet agrees on it), else within this store."""
+        message = label_message(credential_prefix(provider), require_str(key, "key"))
+        sharing = self._shared
+        digest = self._digest if sharing is None else sharing.digest
+        return "k-" + digest(message)[:4].hex()
+
+    def drain(
+        self, provider: str, key: str, *, drained: bool = True, now: float | None = None
+    ) -> None:
+        """Take the key out of rotation (`drained=False`: put it back), fleet-wide with sharing."""
+        if not isinstance(drained, bool):
+            raise TypeError("drained must be a bool")
+        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        local = self._digest(message)
+        with self._lock:
+            if not drained:
+                self._drained.discard(local)
+            elif local not in self._drained and len(self._drained) >= MAX_DRAINED:
+                raise ValueError("too many drained keys")
+            else:
+                self._drained.add(local)
+        sharing = self._shared
+        if sharing is not None:  # no lock across the round trip
+            sharing.backend.drain(sharing.digest(message).hex(), resolve_now(now), drained=drained)
+
+    def drained_keys(self, provider: str, keys: list[str], *, now: float | None = None) -> set[str]:
+        """Which of `keys` are drained: the fleet's drains while Redis answers, else this
+        store's own. Without any drain, no digest is computed."""
+        sharing = self._shared
+        shared = None
+        if sharing is not None:
+            shared = sharing.backend.drained_credentials(resolve_now(now))
+        if not (self._drained or shared):
+            return set()
+        prefix = credential_prefix(provider)
+        drained = set()
+        for key in keys:
+            message = credential_message(prefix, key)
+            if sharing is not None and shared is not None:
+                if sharing.digest(message).hex() in shared:
+                    drained.add(key)
+            elif self._digest(message) in self._drained:
+                drained.add(key)
+        return drained
+
+    def clear_key(
+        self,
+        provider: str,
+        key: str,
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Forget the key's cooldowns, auth rests, budgets and probes; with a model or bucket,
+        only that scope's (its credential-wide rests stay). Fleet-wide with sharing."""
+        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        scope = scope_message(model, quota_bucket)
+        credential = self._digest(message)
+        only = None if scope is None else credential + self._digest(scope)
+
+        def matches(entry: bytes) -> bool:
+            return entry == only if only is not None else entry[:DIGEST_SIZE] == credential
+
+        with self._lock:
+            for entry in [entry for entry in self._deadlines if matches(entry)]:
+                self._schedule.discard(entry)
+            self._admission.forget(matches)
+        sharing = self._shared
+        if sharing is not None:  # no lock across the round trip
+            shared_scope = None if scope is None else sharing.digest(scope).hex()
+            sharing.backend.forget_credential(
+                sharing.digest(message).hex(), shared_scope, resolve_now(now)
+            )
