@@ -322,3 +322,70 @@ def test_the_page_leads_with_where_clients_get_429_and_keeps_the_token_for_the_t
     wait_for(browser, "document.getElementById('message').textContent.includes('refused')")
     assert browser.evaluate("sessionStorage.getItem('model-cooldown-status-token')") is None
     assert not any(path.startswith("/cooldown/?") and TOKEN in path for path in SEEN_PATHS)
+
+
+CLICK = (
+    "document.querySelector('#key-actions tr[data-label=\"{}\"] button:nth-of-type({})').click()"
+)
+"""Click a key's Drain (1), Undrain (2) or Clear (3) button."""
+
+ACTIONS = """
+(() => {
+  const rows = [...document.querySelectorAll("#key-actions tbody tr")];
+  return rows.length === 3 ? rows.map((row) => ({
+    label: row.dataset.label,
+    state: row.children[2].textContent,
+    buttons: [...row.querySelectorAll("button")].map(
+      (b) => b.textContent + (b.disabled ? "-" : "")),
+  })) : null;
+})()
+"""
+
+
+def test_the_drain_button_takes_a_key_out_and_undrain_puts_it_back(
+    gateway: str, browser: DevTools, tmp_path: Path
+) -> None:
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=gateway)
+    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
+    for field, text in (("token", TOKEN), ("provider", P), ("model", "gpt-4o")):
+        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    rows = wait_for(browser, ACTIONS)
+    assert [row["buttons"] for row in rows] == [["Drain", "Undrain-", "Clear"]] * 3
+    label = rows[0]["label"]
+    assert label == CredentialPool.status(P)["keys"][0]["label"]
+    browser.evaluate(CLICK.format(label, 1))
+    drained = wait_for(
+        browser,
+        f"(() => {{ const r = {ACTIONS}; return r && r[0].state === 'drained' ? r : null; }})()",
+    )
+    assert drained[0]["buttons"] == ["Drain-", "Undrain", "Clear"]
+    assert CredentialPool.available(P, model="gpt-4o-mini") == [KEYS[1]]  # out for every model
+    title = browser.evaluate("document.getElementById('keys-title').textContent")
+    assert title == f"Keys of {P}: 0 ready, 2 cooling, 1 drained, 0 cooling for some models"
+    screenshot = browser.call("Page.captureScreenshot", format="png")["data"]
+    (tmp_path / "status-drained.png").write_bytes(base64.b64decode(screenshot))
+    shots = os.environ.get("MODEL_COOLDOWN_SCREENSHOTS")
+    if shots:
+        (Path(shots) / "status-drained.png").write_bytes(base64.b64decode(screenshot))
+    browser.evaluate(CLICK.format(label, 2))
+    wait_for(browser, f"(() => {{ const r = {ACTIONS}; return r && r[0].state === 'ready'; }})()")
+    assert CredentialPool.available(P, model="gpt-4o-mini") == KEYS[:2]  # key 3: its auth rest
+
+
+def test_the_clear_button_forgets_the_cooldown_of_the_model_looked_up(
+    gateway: str, browser: DevTools
+) -> None:
+    browser.call("Page.navigate", url=gateway)
+    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
+    for field, text in (("token", TOKEN), ("provider", P), ("model", "gpt-4o")):
+        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    rows = wait_for(browser, ACTIONS)
+    assert rows[1]["state"] == "cooling"  # key 2: throttled for gpt-4o
+    browser.evaluate(CLICK.format(rows[1]["label"], 3))
+    wait_for(browser, f"(() => {{ const r = {ACTIONS}; return r && r[1].state === 'ready'; }})()")
+    message = browser.evaluate("document.getElementById('message').textContent")
+    assert message == f"Key 2 ({rows[1]['label']}): clear done; now ready."
+    assert CredentialPool.available(P, model="gpt-4o") == KEYS[:2]  # key 3's auth rest stays

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from ..config import settings
+from ..shared import share_when_configured
 from ..store import ModelCooldown
 from .default import pool_method
 from .key_status import KeyStatus, PoolStatus
@@ -63,6 +65,9 @@ class PoolActions:
         """The key a label names and its 1-based position; `KeyError` naming the label."""
         if not isinstance(provider, str) or not isinstance(label, str):
             raise TypeError("provider and label must be str")
+        current = settings()
+        if current.enabled:  # a worker that has not served yet acts on the fleet too
+            share_when_configured(self.store, current)
         for position, key in enumerate(self.keys(provider), start=1):
             if self.store.label(provider, key) == label:
                 return key, position

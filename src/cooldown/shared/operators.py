@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ..forksafe import new_lock
+from ..store.backend import OperatorMarks
 
-__all__ = ["DRAINED_KEY", "DRAINS_READ_SECONDS", "SharedKeyActions"]
+__all__ = ["CLEARS_KEPT_SECONDS", "DRAINED_KEY", "DRAINS_READ_SECONDS", "SharedKeyActions"]
 
 DRAINED_KEY = "drained"
 """`{prefix}:drained`: a set of the shared ids of drained credentials (no TTL)."""
 
 DRAINS_READ_SECONDS = 0.25
-"""How long one read of the fleet's drains is reused: a drain holds everywhere within it."""
+"""How long one read of the fleet's drains and clears is reused: each holds everywhere
+within it."""
 
-_T = TypeVar("_T")
+CLEARS_KEPT_SECONDS = 86400
+"""How long a clear stays in `{prefix}:cleared` for the processes' own state to follow."""
 
 
 class SharedKeyActions:
@@ -26,10 +29,12 @@ class SharedKeyActions:
     _call: Callable[..., Any]
     _call_with: Callable[..., Any]
     _connected: Callable[[], Any]
+    _to_wall_ms: Callable[[float], int]
+    _to_monotonic: Callable[[Any], float]
 
     def _start_key_actions(self, prefix: str) -> None:
         self._drained_key = f"{{{prefix}}}:{DRAINED_KEY}"
-        self._drains_read: tuple[float, frozenset[str] | None] = (-math.inf, None)
+        self._drains_read: tuple[float, OperatorMarks | None] = (-math.inf, None)
         self._drains_lock = new_lock(self, "_drains_lock")
 
     def drain(self, credential: str, now: float, *, drained: bool) -> bool | None:
@@ -44,26 +49,42 @@ class SharedKeyActions:
             self._drains_read = (-math.inf, None)  # the next read sees this at once
         return None if done is None else True
 
-    def drained_credentials(self, now: float) -> frozenset[str] | None:
-        """The fleet's drained ids, read at most every `DRAINS_READ_SECONDS`."""
+    def operator_marks(self, now: float) -> OperatorMarks | None:
+        """The fleet's drained ids and its recent clears (id -> when, monotonic), read at
+        most every `DRAINS_READ_SECONDS` (the same object is answered meanwhile)."""
         with self._drains_lock:
             read_at, known = self._drains_read
         if 0 <= now - read_at < DRAINS_READ_SECONDS:
             return known
 
-        def read(answer: Any) -> frozenset[str]:
-            return frozenset(
-                member.decode("ascii", "replace") if isinstance(member, bytes) else str(member)
-                for member in answer
-            )
+        def fetch() -> Any:
+            client = self._connected()
+            return client.smembers(self._drained_key), client.hgetall(self._keys[14])
 
-        fresh: frozenset[str] | None = self._call_with(
-            now, lambda: self._connected().smembers(self._drained_key), read
-        )
+        def read(answer: Any) -> OperatorMarks:
+            drained, cleared = answer
+            clears = {}
+            for field, wall_ms in cleared.items():
+                try:
+                    clears[_text(field)] = self._to_monotonic(wall_ms)
+                except (TypeError, ValueError):
+                    continue  # Redis is shared with other programs: junk is skipped
+            return OperatorMarks(frozenset(map(_text, drained)), clears)
+
+        fresh: OperatorMarks | None = self._call_with(now, fetch, read)
         with self._drains_lock:
             self._drains_read = (now, fresh)
         return fresh
 
     def forget_credential(self, credential: str, scope: str | None, now: float) -> None:
-        """Remove the credential's shared entries (one scope's, or all of them)."""
-        self._call(now, "forget_credential", self._keys, [credential, scope or ""])
+        """Remove the credential's shared entries (one scope's, or all of them), and note
+        the clear for every process's own state."""
+        args = [credential, scope or "", self._to_wall_ms(now)]
+        oldest = self._to_wall_ms(now - CLEARS_KEPT_SECONDS)
+        self._call(now, "forget_credential", self._keys, [*args, oldest])
+        with self._drains_lock:
+            self._drains_read = (-math.inf, None)
+
+
+def _text(member: object) -> str:
+    return member.decode("ascii", "replace") if isinstance(member, bytes) else str(member)

@@ -46,6 +46,7 @@ KEY_NAMES = (
     "learned-used",  # zset: entry -> when its learned window was last written
     "refills",  # hash: each budget above -> "limit,announced,largest"
     "costs",  # hash: owner -> tokens in flight
+    "cleared",  # hash: id an operator cleared -> when (wall ms), for the processes' own state
 )
 """Each script's KEYS, in this order, as `{prefix}:<name>`."""
 
@@ -363,9 +364,17 @@ return 1
 )
 
 # An operator's clear. ARGV[1]: the credential's id; ARGV[2]: one scope's id, or "" for every
-# scope and the credential-wide entries. Attempts in flight (inflight, leases, costs) stay.
+# scope and the credential-wide entries; ARGV[3]: now, ARGV[4]: the oldest clear worth
+# keeping (wall ms). Attempts in flight (inflight, leases, costs) stay.
 FORGET_CREDENTIAL = """
 local credential, scope = ARGV[1], ARGV[2]
+local cleared = redis.call('HGETALL', KEYS[15])
+for index = 1, #cleared, 2 do
+  if (tonumber(cleared[index + 1]) or 0) < tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[15], cleared[index])
+  end
+end
+redis.call('HSET', KEYS[15], credential .. scope, ARGV[3])
 local function matches(member)
   if string.sub(member, 1, 1) == 't' then member = string.sub(member, 2) end
   if scope ~= '' then return member == credential .. scope end

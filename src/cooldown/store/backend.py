@@ -13,6 +13,7 @@ from ..evidence.learn import LearnedWindow
 __all__ = [
     "FLEET_COUNTERS",
     "Announced",
+    "OperatorMarks",
     "SharedAttempt",
     "SharedObservations",
     "SharedStart",
@@ -66,6 +67,14 @@ class SharedAttempt:
         return member
 
 
+class OperatorMarks(NamedTuple):
+    """What operators did fleet-wide: drained ids, and recent clears (id -> when, monotonic;
+    an id is a credential's, or a credential's and one scope's)."""
+
+    drained: frozenset[str]
+    clears: dict[str, float]
+
+
 class SharedObservations(Protocol):
     """What the store needs from a shared backend (`cooldown.shared.RedisObservations`).
 
@@ -104,7 +113,7 @@ class SharedObservations(Protocol):
 
     def drain(self, credential: str, now: float, *, drained: bool) -> bool | None: ...
 
-    def drained_credentials(self, now: float) -> frozenset[str] | None: ...
+    def operator_marks(self, now: float) -> OperatorMarks | None: ...
 
     def forget_credential(self, credential: str, scope: str | None, now: float) -> None: ...
 

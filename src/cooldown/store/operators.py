@@ -6,7 +6,9 @@ its shared id in Redis, where it outlives any worker); a clear removes the key's
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Callable, Mapping
 
 from ..arguments import require_str, resolve_now
 from ..digests import (
@@ -35,6 +37,8 @@ class KeyActions:
     _admission: Admission
     _shared: Sharing | None
     _drained: set[bytes]
+    _fleet_marks: object  # the last OperatorMarks whose clears this store followed
+    _clears_followed: dict[str, float]  # shared credential id -> the latest clear followed
 
     def label(self, provider: str, key: str) -> str:
         """The key's operator label, `"k-"` and 8 hex digits: stable under the shared secret
@@ -65,11 +69,17 @@ class KeyActions:
 
     def drained_keys(self, provider: str, keys: list[str], *, now: float | None = None) -> set[str]:
         """Which of `keys` are drained: the fleet's drains while Redis answers, else this
-        store's own. Without any drain, no digest is computed."""
+        store's own. Another process's clear of one of them reaches this store's own
+        entries here. Without any drain or clear, no digest is computed."""
         sharing = self._shared
         shared = None
         if sharing is not None:
-            shared = sharing.backend.drained_credentials(resolve_now(now))
+            marks = sharing.backend.operator_marks(resolve_now(now))
+            if marks is not None:
+                shared = marks.drained
+                if marks.clears and marks is not self._fleet_marks:
+                    self._follow_clears(sharing, provider, keys, marks.clears)
+                    self._fleet_marks = marks
         if not (self._drained or shared):
             return set()
         prefix = credential_prefix(provider)
@@ -102,13 +112,39 @@ class KeyActions:
         def matches(entry: bytes) -> bool:
             return entry == only if only is not None else entry[:DIGEST_SIZE] == credential
 
-        with self._lock:
-            for entry in [entry for entry in self._deadlines if matches(entry)]:
-                self._schedule.discard(entry)
-            self._admission.forget(matches)
+        self._forget_local(matches)
         sharing = self._shared
         if sharing is not None:  # no lock across the round trip
             shared_scope = None if scope is None else sharing.digest(scope).hex()
             sharing.backend.forget_credential(
                 sharing.digest(message).hex(), shared_scope, resolve_now(now)
             )
+
+    def _forget_local(self, matches: Callable[[bytes], bool]) -> None:
+        with self._lock:
+            for entry in [entry for entry in self._deadlines if matches(entry)]:
+                self._schedule.discard(entry)
+            self._admission.forget(matches)
+
+    def _follow_clears(
+        self, sharing: Sharing, provider: str, keys: list[str], clears: Mapping[str, float]
+    ) -> None:
+        """Drop this store's own entries of each key another process cleared since (every
+        scope of it: the shared state keeps what that clear did not touch)."""
+        prefix = credential_prefix(provider)
+        followed: set[bytes] = set()
+        for key in keys:
+            message = credential_message(prefix, key)
+            shared_id = sharing.digest(message).hex()
+            latest = max(
+                (at for cleared, at in clears.items() if cleared.startswith(shared_id)),
+                default=None,
+            )
+            if latest is None or self._clears_followed.get(shared_id, -math.inf) >= latest:
+                continue
+            if len(self._clears_followed) >= MAX_DRAINED:
+                self._clears_followed.clear()
+            self._clears_followed[shared_id] = latest
+            followed.add(self._digest(message))
+        if followed:
+            self._forget_local(lambda entry: entry[:DIGEST_SIZE] in followed)

@@ -106,6 +106,8 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
         self._probes_total = 0
         self._shared: Sharing | None = None
         self._drained: set[bytes] = set()  # credential digests an operator drained
+        self._fleet_marks: object = None
+        self._clears_followed: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"<ModelCooldown entries={len(self._deadlines)} capacity={self.capacity}>"
@@ -247,6 +249,8 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
             self._budget.clear()
             self._admission.clear()
             self._drained.clear()
+            self._clears_followed.clear()
+            self._fleet_marks = None
             self._escalated_total = 0
             self._exhausted_total = 0
             self._capacity_rejections_total = 0

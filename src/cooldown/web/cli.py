@@ -1,4 +1,4 @@
-"""`flask cooldown status`: the status JSON in a terminal, read from where the state really is."""
+"""`flask cooldown status`, `drain`, `undrain`, `clear`: from where the state really is."""
 
 from __future__ import annotations
 
@@ -98,3 +98,83 @@ def status_command(
     if not pools.pooled(provider):
         raise click.BadParameter("no such provider is registered", param_hint="PROVIDER")
     click.echo(json.dumps(pools.status(provider, model=model, quota_bucket=bucket), indent=2))
+
+
+def _act(
+    action: str,
+    provider: str,
+    label: str,
+    scope: dict[str, str],
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Drain, undrain or clear one key, on a running gateway (`--url`) or in the shared
+    state; echo the key's new status row."""
+    if url is not None:
+        token = token or os.environ.get(STATUS_TOKEN_ENV)
+        if not token:
+            raise click.UsageError(f"--url needs --token or {STATUS_TOKEN_ENV}")
+        path = "/keys/{}/{}/{}".format(
+            urllib.parse.quote(provider, ""), urllib.parse.quote(label, ""), action
+        )
+        click.echo(json.dumps(_from_gateway(url, token, path, scope), indent=2))
+        return
+    current = settings()
+    if not (current.enabled and current.redis_url):
+        raise click.ClickException(NOWHERE)
+    pools = app_pools()
+    if not pools.pooled(provider):
+        raise click.BadParameter("no such provider is registered", param_hint="PROVIDER")
+    try:
+        row = getattr(pools, action)(provider, label, **scope)
+    except KeyError:
+        raise click.BadParameter(
+            "no key of this provider has that label", param_hint="LABEL"
+        ) from None
+    click.echo(json.dumps(row, indent=2))
+
+
+_URL = click.option("--url", default=None, help="a running gateway's status prefix")
+_TOKEN = click.option(
+    "--token", default=None, help=f"the status token (default: {STATUS_TOKEN_ENV})"
+)
+
+
+@cooldown_cli.command("drain")
+@click.argument("provider")
+@click.argument("label")
+@_URL
+@_TOKEN
+def drain_command(provider: str, label: str, url: str | None, token: str | None) -> None:
+    """Take the key LABEL (as `status` shows it) out of rotation for every model."""
+    _act("drain", provider, label, {}, url, token)
+
+
+@cooldown_cli.command("undrain")
+@click.argument("provider")
+@click.argument("label")
+@_URL
+@_TOKEN
+def undrain_command(provider: str, label: str, url: str | None, token: str | None) -> None:
+    """Put the drained key LABEL back into rotation."""
+    _act("undrain", provider, label, {}, url, token)
+
+
+@cooldown_cli.command("clear")
+@click.argument("provider")
+@click.argument("label")
+@click.option("--model", default=None, help="clear this model's state only")
+@click.option("--bucket", default=None, help="clear this quota bucket's state only")
+@_URL
+@_TOKEN
+def clear_command(
+    provider: str,
+    label: str,
+    model: str | None,
+    bucket: str | None,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Forget the key LABEL's throttles, auth rests, budgets and probes (one scope, or all)."""
+    scope = {name: value for name, value in (("model", model), ("quota_bucket", bucket)) if value}
+    _act("clear", provider, label, scope, url, token)

@@ -30,7 +30,7 @@ METRICS_MISSING = (
 )
 SUMMED_GAUGES = ("live_observations", "capacity")  # each process holds its own
 SHARED_GAUGES = ("overflow_active", "shared", "shared_degraded", "shared_split")  # the worst
-KEY_STATES = ("ready", "cooling", "cooling_some_models")
+KEY_STATES = ("ready", "cooling", "drained", "cooling_some_models")
 KEYS_METRIC = ("model_cooldown_keys", "configured keys by provider and state")
 FLEET_METRIC = "model_cooldown_fleet_{}"
 ALL_COOLING_METRIC = (
@@ -70,7 +70,7 @@ def _families(summary: dict[str, Any]) -> list[Any]:
     all_cooling = GaugeMetricFamily(*ALL_COOLING_METRIC, labels=["provider"])
     for provider, counts in summary["providers"].items():
         for state in KEY_STATES:
-            keys.add_metric([provider, state], counts[state])
+            keys.add_metric([provider, state], counts.get(state, 0))
         scoped.add_metric([provider], counts["scoped_cooldowns"])
         all_cooling.add_metric([provider], counts["all_cooling_scopes"])
     return [*families, keys, scoped, all_cooling]
@@ -141,7 +141,7 @@ class _Publisher:
                     self._count(name, float(value))
             for provider, counts in summary["providers"].items():
                 for state in KEY_STATES:
-                    self._keys.labels(provider, state).set(counts[state])
+                    self._keys.labels(provider, state).set(counts.get(state, 0))
                 self._scoped.labels(provider).set(counts["scoped_cooldowns"])
                 self._all_cooling.labels(provider).set(counts["all_cooling_scopes"])
             for name, value in (summary["fleet"] or {}).items():

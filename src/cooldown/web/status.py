@@ -181,6 +181,21 @@ def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> 
             return jsonify(matrix(pool, provider))
         return jsonify(pool.status(provider, model=model, quota_bucket=bucket))
 
+    @route("/keys/<provider>/<label>/<action>", ["POST"])
+    def key_action(provider: str, label: str, action: str) -> Response:
+        """An operator's drain, undrain or clear of one key, named by its status label."""
+        pool = shown()
+        if action not in KEY_ACTIONS or not pool.pooled(provider):
+            return _error(404, "not_found", "Not found.")
+        scope = _action_scope() if action == "clear" else {}
+        if scope is None:
+            return _error(400, "bad_request", "model and quota_bucket must be strings.")
+        try:
+            row = getattr(pool, action)(provider, label, **scope)
+        except KeyError:
+            return _error(404, "unknown_key", "No key of this provider has that label.")
+        return jsonify(row)
+
     @route("/metrics", ["GET"])
     def metrics() -> Response:
         return metrics_response(shown())
@@ -193,6 +208,24 @@ def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> 
         return _error(404, "not_found", "Not found.")
 
     return blueprint
+
+
+KEY_ACTIONS = ("drain", "undrain", "clear")
+
+
+def _action_scope() -> dict[str, str] | None:
+    """A clear's optional JSON `{"model": ..., "quota_bucket": ...}`; `None` when malformed
+    (a junk scope must never widen into a clear of every scope)."""
+    try:
+        body = request.get_json(silent=True) if request.get_data() else {}
+    except RecursionError:
+        body = None
+    if not isinstance(body, dict):
+        return None
+    scope = {name: body[name] for name in ("model", "quota_bucket") if body.get(name) is not None}
+    if not all(isinstance(value, str) and value for value in scope.values()):
+        return None
+    return scope
 
 
 def _error(status: int, code: str, message: str) -> Response:

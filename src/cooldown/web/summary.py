@@ -67,7 +67,8 @@ def overview(pools: Pools) -> dict[str, Any]:
     """Per provider with keys, what clients meet first (the scopes where every key cools,
     and the catalog names they get 429 for), then one consistent set of counts (`ready +
     cooling == keys`; `cooling_some_models` counts ready keys cooling for some model); then
-    this process's counters, and the fleet's (`None` without sharing)."""
+    this process's counters, and the fleet's (`None` without sharing). `drained` appears
+    for a provider with drained keys (then `ready + cooling + drained == keys`)."""
     names = catalog()
     providers = {}
     store = pools.store
@@ -76,8 +77,10 @@ def overview(pools: Pools) -> dict[str, Any]:
         if not keys:
             continue  # a built-in provider this gateway does not use
         status = pools.status(provider)
+        drained = store.drained_keys(provider, keys)  # out of rotation: no client meets them
+        in_rotation = [key for key in keys if key not in drained]
         providers[provider] = {
-            "all_cooling_scopes": store.all_cooling_scopes(provider, keys),
+            "all_cooling_scopes": store.all_cooling_scopes(provider, in_rotation),
             "clients_get_429_for": [
                 name for name in names if _every_key_cools(pools, provider, name)
             ],
@@ -87,6 +90,8 @@ def overview(pools: Pools) -> dict[str, Any]:
             "cooling_some_models": status["cooling_some_models"],
             "scoped_cooldowns": sum(key["scoped_cooldowns"] for key in status["keys"]),
         }
+        if status["drained"]:  # only then: a fleet that never drains reads as it always did
+            providers[provider]["drained"] = status["drained"]
     return {
         "providers": providers,
         "worker_pid": os.getpid(),  # whose counters these are (each worker keeps its own)

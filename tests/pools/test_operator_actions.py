@@ -1,0 +1,210 @@
+"""An operator's drain, undrain and clear, by a key's stable label, in one process and
+across processes sharing one Redis."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cooldown import CredentialPool, ModelCooldown, ModelCooldownExhausted, model_cooldown
+from cooldown.shared.observations import RedisObservations
+
+P = "operated"
+KEYS = ["sk-operated-one-0123456789", "sk-operated-two-0123456789", "sk-operated-three-012345"]
+SECRET = "operator-actions-secret-" + "s" * 32
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.status_code, self.headers = status, headers or {}
+
+
+@pytest.fixture(autouse=True)
+def pool() -> Iterator[None]:
+    CredentialPool.register(P, keys=KEYS)
+    yield
+    CredentialPool._providers.pop(P, None)
+
+
+def labels() -> list[str]:
+    return [key["label"] for key in CredentialPool.status(P)["keys"]]
+
+
+def test_labels_are_stable_short_and_name_no_key() -> None:
+    first = labels()
+    assert first == labels()
+    assert all(re.fullmatch(r"k-[0-9a-f]{8}", label) for label in first)
+    assert len(set(first)) == 3
+    for label in first:
+        assert not any(
+            label[2:] in key or label[2:] in model_cooldown.credential_id(P, key) for key in KEYS
+        )
+
+
+def test_a_drained_key_gets_no_new_attempt_for_any_model(enabled: None) -> None:
+    row = CredentialPool.drain(P, labels()[0])
+    assert row["state"] == "drained"
+    assert CredentialPool.available(P, model="m") == KEYS[1:]
+    assert CredentialPool.select(P, model="other") == KEYS[1]
+    sent: list[str] = []
+    CredentialPool.dispatch(P, lambda key: sent.append(key) or Answer(200), model="m")
+    assert KEYS[0] not in sent
+    status = CredentialPool.status(P, model="m")
+    assert (status["ready"], status["cooling"], status["drained"]) == (2, 0, 1)
+
+
+def test_a_drain_holds_on_the_legacy_path_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "false")
+    CredentialPool.drain(P, labels()[0])
+    assert CredentialPool.select(P) == KEYS[1]
+
+
+def test_undrain_puts_the_key_back(enabled: None) -> None:
+    label = labels()[0]
+    CredentialPool.drain(P, label)
+    row = CredentialPool.undrain(P, label)
+    assert row["state"] == "ready"
+    assert CredentialPool.available(P, model="m") == KEYS
+
+
+def test_every_key_drained_leaves_no_key_to_dispatch_with(enabled: None) -> None:
+    for label in labels():
+        CredentialPool.drain(P, label)
+    assert CredentialPool.dispatch(P, lambda key: Answer(200), model="m") is None
+
+
+def test_clear_forgets_throttles_and_auth_rests_and_they_are_recorded_again(
+    enabled: None,
+) -> None:
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=300)
+    CredentialPool.record(P, KEYS[0], 401, model="m")
+    row = CredentialPool.clear(P, labels()[0])
+    assert row["state"] == "ready"
+    assert CredentialPool.available(P, model="m") == KEYS
+    assert CredentialPool.status(P)["keys"][0]["reason"] is None  # the legacy mirror too
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30)
+    assert CredentialPool.available(P, model="m") == KEYS[1:]
+
+
+def test_clear_with_a_model_forgets_that_scope_only(enabled: None) -> None:
+    for model in ("m", "n"):
+        CredentialPool.record(P, KEYS[0], 429, model=model, retry_after_seconds=300)
+    row = CredentialPool.clear(P, labels()[0], model="m")
+    assert row["state"] == "ready"
+    assert CredentialPool.available(P, model="m") == KEYS
+    assert CredentialPool.available(P, model="n") == KEYS[1:]
+
+
+@pytest.mark.parametrize(
+    "spent",
+    [
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "60s"},
+        {"x-ratelimit-remaining-tokens": "100", "x-ratelimit-reset-tokens": "60s"},
+    ],
+    ids=["requests", "tokens"],
+)
+def test_clear_forgets_a_spent_budget(enabled: None, spent: dict[str, str]) -> None:
+    CredentialPool.dispatch(P, lambda key: Answer(200, spent), model="m", order="configured")
+    assert CredentialPool.available(P, model="m", cost=5000) == KEYS[1:]
+    CredentialPool.clear(P, labels()[0])
+    assert CredentialPool.available(P, model="m", cost=5000) == KEYS
+
+
+@pytest.mark.parametrize("action", ["drain", "undrain", "clear"])
+def test_an_unknown_label_or_provider_is_a_key_error_naming_the_label(action: str) -> None:
+    with pytest.raises(KeyError, match="k-00000000"):
+        getattr(CredentialPool, action)(P, "k-00000000")
+    with pytest.raises(KeyError, match="k-00000000"):
+        getattr(CredentialPool, action)("no-such-provider", "k-00000000")
+    with pytest.raises(TypeError):
+        getattr(CredentialPool, action)(P, 1)
+
+
+def test_each_action_logs_one_info_record_without_key_or_model(
+    enabled: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    label = labels()[1]
+    with caplog.at_level(logging.INFO, logger="cooldown"):
+        CredentialPool.drain(P, label)
+        CredentialPool.undrain(P, label)
+        CredentialPool.clear(P, label, model="secret-model-name")
+    records = [r.getMessage() for r in caplog.records if "operator" in r.getMessage()]
+    assert len(records) == 3
+    for action, message in zip(("drain", "undrain", "clear"), records, strict=True):
+        assert action in message
+        assert label in message
+        assert P in message
+    text = caplog.text
+    assert "secret-model-name" not in text
+    assert not any(key in text for key in KEYS)
+
+
+def test_a_drain_in_one_pool_object_leaves_another_alone(enabled: None) -> None:
+    other = CredentialPool()
+    other.register(P, keys=KEYS)
+    CredentialPool.drain(P, labels()[0])
+    assert other.available(P, model="m") == KEYS
+
+
+# -- fleet-wide --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fleet(redis_url: str, prefix: str) -> Iterator[list[ModelCooldown]]:
+    """Two more processes' stores, attached under the test's prefix with one secret."""
+    stores = []
+    for _ in range(2):
+        store = ModelCooldown()
+        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
+        stores.append(store)
+    yield stores
+    for store in stores:
+        backend = store.detach_shared()
+        assert isinstance(backend, RedisObservations)
+        backend.close()
+
+
+def pool_over(store: ModelCooldown) -> CredentialPool:
+    pool = CredentialPool(store=store)
+    pool.register(P, keys=KEYS)
+    return pool
+
+
+def test_a_drain_holds_in_every_process_and_survives_a_restart(
+    enabled: None, fleet: list[ModelCooldown], redis_url: str, prefix: str
+) -> None:
+    first, second = (pool_over(store) for store in fleet)
+    label = first.status(P)["keys"][0]["label"]
+    assert second.status(P)["keys"][0]["label"] == label  # one secret: one label fleet-wide
+    first.drain(P, label)
+    later = time.monotonic() + 1  # past the quarter second a read of the fleet's drains holds
+    assert second.available(P, model="m", now=later) == KEYS[1:]
+    restarted = ModelCooldown()  # a worker that started after the drain
+    restarted.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
+    try:
+        assert pool_over(restarted).available(P, model="m") == KEYS[1:]
+        second.undrain(P, label)
+        assert first.available(P, model="m", now=later + 1) == KEYS
+    finally:
+        backend = restarted.detach_shared()
+        assert isinstance(backend, RedisObservations)
+        backend.close()
+
+
+def test_a_clear_in_one_process_reopens_the_key_in_another(
+    enabled: None, fleet: list[ModelCooldown]
+) -> None:
+    first, second = (pool_over(store) for store in fleet)
+    first.record(P, KEYS[0], 429, model="m", retry_after_seconds=300)
+    first.record(P, KEYS[1], 429, model="m", retry_after_seconds=300)
+    first.record(P, KEYS[2], 401, model="m")
+    with pytest.raises(ModelCooldownExhausted):
+        second.select(P, model="m")
+    second.clear(P, second.status(P)["keys"][1]["label"])
+    assert second.select(P, model="m") == KEYS[1]
+    later = time.monotonic() + 1  # past the quarter second a read of the fleet's marks holds
+    assert first.available(P, model="m", now=later) == [KEYS[1]]  # its own entry followed
