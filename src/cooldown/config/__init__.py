@@ -2,22 +2,84 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import string
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
-from .forksafe import new_lock
-from .redisurl import Secret, parse_redis_url
+from ..forksafe import new_lock
+from ..redisurl import Secret
+from .names import (
+    ACCOUNTS_ENV,
+    DEFAULT_FIRST_DELAY,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_SECONDS,
+    DEFAULT_REDIS_PREFIX,
+    DEFAULT_REDIS_TIMEOUT_MS,
+    ENABLED_ENV,
+    FALSE_WORDS,
+    FIRST_DELAY_ENV,
+    FORWARDED_ENV,
+    LARGEST_MAX_SECONDS,
+    LEARN_ENV,
+    LEARN_MODES,
+    LEASE_SECONDS_ENV,
+    LONGEST_LEASE_SECONDS,
+    LONGEST_REDIS_TIMEOUT_MS,
+    MAX_SECONDS_ENV,
+    MIN_REDIS_SECRET_LENGTH,
+    PREFIX_CHARACTERS,
+    REDIS_PREFIX_ENV,
+    REDIS_SECRET_ENV,
+    REDIS_TIMEOUT_ENV,
+    REDIS_URL_ENV,
+    STATUS_MODELS_ENV,
+    STATUS_TOKEN_ENV,
+    TRUE_WORDS,
+    LearnMode,
+)
+from .parsing import (
+    Malformed,
+    bounded_int,
+    parse_enabled,
+    parse_redis_prefix,
+    parse_redis_secret,
+    parse_redis_url_setting,
+    parse_whole_number,
+)
 
 __all__ = [
+    "ACCOUNTS_ENV",
+    "DEFAULT_FIRST_DELAY",
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_MAX_SECONDS",
+    "DEFAULT_REDIS_PREFIX",
+    "DEFAULT_REDIS_TIMEOUT_MS",
+    "ENABLED_ENV",
+    "FALSE_WORDS",
+    "FIRST_DELAY_ENV",
     "FORWARDED_ENV",
+    "LARGEST_MAX_SECONDS",
+    "LEARN_ENV",
+    "LEARN_MODES",
+    "LEASE_SECONDS_ENV",
+    "LONGEST_LEASE_SECONDS",
+    "LONGEST_REDIS_TIMEOUT_MS",
+    "MAX_SECONDS_ENV",
+    "MIN_REDIS_SECRET_LENGTH",
+    "PREFIX_CHARACTERS",
+    "REDIS_PREFIX_ENV",
+    "REDIS_SECRET_ENV",
+    "REDIS_TIMEOUT_ENV",
+    "REDIS_URL_ENV",
+    "STATUS_MODELS_ENV",
+    "STATUS_TOKEN_ENV",
+    "TRUE_WORDS",
     "CooldownSettings",
+    "LearnMode",
     "apply_app_config",
     "bounded_int",
     "enabled_unset",
@@ -27,59 +89,12 @@ __all__ = [
 
 logger = logging.getLogger("cooldown")
 
-ENABLED_ENV = "MODEL_COOLDOWN_ENABLED"
-MAX_SECONDS_ENV = "MODEL_COOLDOWN_MAX_SECONDS"
-REDIS_URL_ENV = "MODEL_COOLDOWN_REDIS_URL"
-REDIS_SECRET_ENV = "MODEL_COOLDOWN_REDIS_SECRET"
-REDIS_PREFIX_ENV = "MODEL_COOLDOWN_REDIS_PREFIX"
-REDIS_TIMEOUT_ENV = "MODEL_COOLDOWN_REDIS_TIMEOUT_MS"
-LEARN_ENV = "MODEL_COOLDOWN_LEARN"
-STATUS_TOKEN_ENV = "MODEL_COOLDOWN_STATUS_TOKEN"
-STATUS_MODELS_ENV = "MODEL_COOLDOWN_STATUS_MODELS"
-LEASE_SECONDS_ENV = "MODEL_COOLDOWN_LEASE_SECONDS"
-FIRST_DELAY_ENV = "MODEL_COOLDOWN_FIRST_DELAY"
-ACCOUNTS_ENV = "MODEL_COOLDOWN_ACCOUNTS"
-
-FORWARDED_ENV: tuple[str, ...] = (
-    ENABLED_ENV,
-    MAX_SECONDS_ENV,
-    REDIS_URL_ENV,
-    REDIS_SECRET_ENV,
-    REDIS_PREFIX_ENV,
-    REDIS_TIMEOUT_ENV,
-    LEARN_ENV,
-    STATUS_TOKEN_ENV,
-    LEASE_SECONDS_ENV,
-    FIRST_DELAY_ENV,
-    STATUS_MODELS_ENV,
-    ACCOUNTS_ENV,
-)
-"""The settings a container environment allowlist must forward for the feature to work."""
-
 _PARSED_ENV = tuple(
     name
     for name in FORWARDED_ENV
     if name not in (STATUS_TOKEN_ENV, STATUS_MODELS_ENV, ACCOUNTS_ENV)
 )
 """What `settings()` parses; the status token and catalog are read by the status surface."""
-
-LearnMode: TypeAlias = Literal["off", "shadow", "apply"]
-LEARN_MODES: tuple[LearnMode, ...] = ("off", "shadow", "apply")
-
-DEFAULT_MAX_SECONDS = 3600
-DEFAULT_LEASE_SECONDS = 300
-DEFAULT_FIRST_DELAY = 5
-LONGEST_LEASE_SECONDS = 3600
-LARGEST_MAX_SECONDS = 2_147_483_647
-DEFAULT_REDIS_PREFIX = "model-cooldown"
-DEFAULT_REDIS_TIMEOUT_MS = 100
-LONGEST_REDIS_TIMEOUT_MS = 5000
-MIN_REDIS_SECRET_LENGTH = 32
-
-
-_TRUE = frozenset({"true", "1", "yes", "on"})
-_FALSE = frozenset({"false", "0", "no", "off"})
-_PREFIX_CHARACTERS = frozenset(string.ascii_letters + string.digits + ":_.-")
 
 
 @dataclass(frozen=True)
@@ -95,14 +110,6 @@ class CooldownSettings:
     learn: LearnMode = "off"
     lease_seconds: int = DEFAULT_LEASE_SECONDS
     first_delay: int = DEFAULT_FIRST_DELAY  # capped by max_seconds where it is used
-
-
-class _Malformed(ValueError):
-    """Internal signal: the named setting cannot be used."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
 
 
 WARNED_NAMES_LIMIT = 1024
@@ -136,27 +143,6 @@ def warn_malformed(name: str) -> None:
     warn_once(name, "%s is malformed; model cooldown is disabled")
 
 
-def _parse_enabled(raw: str | None) -> bool:
-    value = (raw or "").strip().lower()
-    if not value or value in _FALSE:
-        return False
-    if value in _TRUE:
-        return True
-    raise _Malformed(ENABLED_ENV)
-
-
-def bounded_int(text: str, low: int, high: int) -> int | None:
-    """ASCII digits within [low, high]; anything else (even 5000 digits) is None, never raised."""
-    digits = text.strip()
-    if not (digits.isascii() and digits.isdigit()):
-        return None
-    significant = digits.lstrip("0") or "0"
-    if len(significant) > len(str(high)):  # too long to be in range: no int() on it at all
-        return None
-    value = int(significant)
-    return value if low <= value <= high else None
-
-
 def environment_value(environ: Mapping[str, object], name: str) -> str | None:
     """`environ[name]`, or `None` when unset; a value that is not a string is a `TypeError`."""
     if environ is os.environ or name not in environ:
@@ -167,66 +153,20 @@ def environment_value(environ: Mapping[str, object], name: str) -> str | None:
     return value
 
 
-def _parse_whole_number(raw: str | None, name: str, default: int, high: int) -> int:
-    """Unset or blank is `default`; otherwise ASCII digits from 1 through `high`."""
-    value = (raw or "").strip()
-    if not value:
-        return default
-    parsed = bounded_int(value, 1, high)
-    if parsed is None:
-        raise _Malformed(name)
-    return parsed
-
-
-def _parse_redis_url(raw: str | None) -> str | None:
-    value = (raw or "").strip()
-    if not value:
-        return None
-    try:
-        parse_redis_url(value)
-    except ValueError:
-        raise _Malformed(REDIS_URL_ENV) from None
-    if importlib.util.find_spec("redis") is None:
-        raise _Malformed(REDIS_URL_ENV)
-    return value
-
-
-def _parse_redis_secret(raw: str | None, *, required: bool) -> str | None:
-    value = (raw or "").strip()
-    if not required:
-        return None
-    if len(value) < MIN_REDIS_SECRET_LENGTH:
-        raise _Malformed(REDIS_SECRET_ENV)
-    try:
-        value.encode("utf-8")  # bytes that were not UTF-8 arrive as lone surrogates
-    except UnicodeEncodeError:
-        raise _Malformed(REDIS_SECRET_ENV) from None
-    return value
-
-
-def _parse_redis_prefix(raw: str | None) -> str:
-    value = (raw or "").strip()
-    if not value:
-        return DEFAULT_REDIS_PREFIX
-    if len(value) > 100 or not set(value) <= _PREFIX_CHARACTERS:
-        raise _Malformed(REDIS_PREFIX_ENV)
-    return value
-
-
 @lru_cache(maxsize=64)
 def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
     values = dict(zip(_PARSED_ENV, raw, strict=True))
     malformed = []
     enabled, max_seconds = False, DEFAULT_MAX_SECONDS
     try:
-        enabled = _parse_enabled(values[ENABLED_ENV])
-    except _Malformed as error:
+        enabled = parse_enabled(values[ENABLED_ENV])
+    except Malformed as error:
         malformed.append(error.name)
     try:
-        max_seconds = _parse_whole_number(
+        max_seconds = parse_whole_number(
             values[MAX_SECONDS_ENV], MAX_SECONDS_ENV, DEFAULT_MAX_SECONDS, LARGEST_MAX_SECONDS
         )
-    except _Malformed as error:
+    except Malformed as error:
         malformed.append(error.name)
     for name in malformed:
         warn_malformed(name)
@@ -262,8 +202,8 @@ def _parse_default_on_error(raw: str | None, name: str, default: int, high: int)
     """A whole-number setting: malformed is its default with one warning, and the
     feature stays on."""
     try:
-        return _parse_whole_number(raw, name, default, high)
-    except _Malformed:
+        return parse_whole_number(raw, name, default, high)
+    except Malformed:
         warn_once(name, "%s is malformed; its default is used")
         return default
 
@@ -273,20 +213,20 @@ def _sharing(values: Mapping[str, str | None]) -> dict[str, Any]:
     if not (values[REDIS_URL_ENV] or "").strip():
         return {}
     try:
-        url = _parse_redis_url(values[REDIS_URL_ENV])
-        secret = _parse_redis_secret(values[REDIS_SECRET_ENV], required=True)
+        url = parse_redis_url_setting(values[REDIS_URL_ENV])
+        secret = parse_redis_secret(values[REDIS_SECRET_ENV], required=True)
         return {
             "redis_url": None if url is None else Secret(url),
             "redis_secret": None if secret is None else Secret(secret),
-            "redis_prefix": _parse_redis_prefix(values[REDIS_PREFIX_ENV]),
-            "redis_timeout_ms": _parse_whole_number(
+            "redis_prefix": parse_redis_prefix(values[REDIS_PREFIX_ENV]),
+            "redis_timeout_ms": parse_whole_number(
                 values[REDIS_TIMEOUT_ENV],
                 REDIS_TIMEOUT_ENV,
                 DEFAULT_REDIS_TIMEOUT_MS,
                 LONGEST_REDIS_TIMEOUT_MS,
             ),
         }
-    except _Malformed as error:
+    except Malformed as error:
         warn_sharing_off(error.name)
         return {}
 

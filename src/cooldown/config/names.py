@@ -1,0 +1,53 @@
+"""The settings' names, defaults and limits: what a deployment sets, and what each may be."""
+
+from __future__ import annotations
+
+import string
+from typing import Literal, TypeAlias
+
+ENABLED_ENV = "MODEL_COOLDOWN_ENABLED"
+MAX_SECONDS_ENV = "MODEL_COOLDOWN_MAX_SECONDS"
+REDIS_URL_ENV = "MODEL_COOLDOWN_REDIS_URL"
+REDIS_SECRET_ENV = "MODEL_COOLDOWN_REDIS_SECRET"
+REDIS_PREFIX_ENV = "MODEL_COOLDOWN_REDIS_PREFIX"
+REDIS_TIMEOUT_ENV = "MODEL_COOLDOWN_REDIS_TIMEOUT_MS"
+LEARN_ENV = "MODEL_COOLDOWN_LEARN"
+STATUS_TOKEN_ENV = "MODEL_COOLDOWN_STATUS_TOKEN"
+STATUS_MODELS_ENV = "MODEL_COOLDOWN_STATUS_MODELS"
+LEASE_SECONDS_ENV = "MODEL_COOLDOWN_LEASE_SECONDS"
+FIRST_DELAY_ENV = "MODEL_COOLDOWN_FIRST_DELAY"
+ACCOUNTS_ENV = "MODEL_COOLDOWN_ACCOUNTS"
+
+FORWARDED_ENV: tuple[str, ...] = (
+    ENABLED_ENV,
+    MAX_SECONDS_ENV,
+    REDIS_URL_ENV,
+    REDIS_SECRET_ENV,
+    REDIS_PREFIX_ENV,
+    REDIS_TIMEOUT_ENV,
+    LEARN_ENV,
+    STATUS_TOKEN_ENV,
+    LEASE_SECONDS_ENV,
+    FIRST_DELAY_ENV,
+    STATUS_MODELS_ENV,
+    ACCOUNTS_ENV,
+)
+"""The settings a container environment allowlist must forward for the feature to work."""
+
+LearnMode: TypeAlias = Literal["off", "shadow", "apply"]
+LEARN_MODES: tuple[LearnMode, ...] = ("off", "shadow", "apply")
+
+DEFAULT_MAX_SECONDS = 3600
+DEFAULT_LEASE_SECONDS = 300
+DEFAULT_FIRST_DELAY = 5
+LONGEST_LEASE_SECONDS = 3600
+LARGEST_MAX_SECONDS = 2_147_483_647
+DEFAULT_REDIS_PREFIX = "model-cooldown"
+DEFAULT_REDIS_TIMEOUT_MS = 100
+LONGEST_REDIS_TIMEOUT_MS = 5000
+MIN_REDIS_SECRET_LENGTH = 32
+
+
+TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+PREFIX_CHARACTERS = frozenset(string.ascii_letters + string.digits + ":_.-")
