@@ -104,6 +104,8 @@ def test_forwarded_env_lists_every_setting() -> None:
         "MODEL_COOLDOWN_FIRST_DELAY",
         "MODEL_COOLDOWN_STATUS_MODELS",
         "MODEL_COOLDOWN_ACCOUNTS",
+        "MODEL_COOLDOWN_WAIT_SECONDS",
+        "MODEL_COOLDOWN_MAX_WAITERS",
     )
 
 

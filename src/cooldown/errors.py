@@ -71,6 +71,9 @@ class ModelCooldownExhausted(CooldownError):
     http_status = 429
     code = "model_cooldown"
     template = "Every upstream key for this model is cooling down; retry after {seconds} seconds."
+    free_in_seconds: float | None = None
+    """When the store raised it: how long until the earliest key frees, unrounded (a
+    dispatch that may wait sleeps that long, not the whole `retry_after` seconds)."""
 
 
 class ModelCooldownCapacity(CooldownError):

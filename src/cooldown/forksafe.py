@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["new_lock", "new_rlock"]
+__all__ = ["new_condition", "new_lock", "new_rlock"]
 
 _owners: list[tuple[weakref.ReferenceType[Any], str, Callable[[], Any]]] = []
 _registry_lock = threading.Lock()
@@ -32,6 +32,10 @@ def new_lock(owner: object, name: str = "_lock") -> threading.Lock:
 
 def new_rlock(owner: object, name: str = "_lock") -> threading.RLock:
     return _register(owner, name, threading.RLock)
+
+
+def new_condition(owner: object, name: str) -> threading.Condition:
+    return _register(owner, name, threading.Condition)
 
 
 def _reset_in_child() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -17,8 +18,10 @@ from .names import (
     DEFAULT_FIRST_DELAY,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_SECONDS,
+    DEFAULT_MAX_WAITERS,
     DEFAULT_REDIS_PREFIX,
     DEFAULT_REDIS_TIMEOUT_MS,
+    DEFAULT_WAIT_SECONDS,
     ENABLED_ENV,
     FALSE_WORDS,
     FIRST_DELAY_ENV,
@@ -29,8 +32,11 @@ from .names import (
     LEASE_SECONDS_ENV,
     LONGEST_LEASE_SECONDS,
     LONGEST_REDIS_TIMEOUT_MS,
+    LONGEST_WAIT_SECONDS,
     MAX_SECONDS_ENV,
+    MAX_WAITERS_ENV,
     MIN_REDIS_SECRET_LENGTH,
+    MOST_WAITERS,
     PREFIX_CHARACTERS,
     REDIS_PREFIX_ENV,
     REDIS_SECRET_ENV,
@@ -39,6 +45,7 @@ from .names import (
     STATUS_MODELS_ENV,
     STATUS_TOKEN_ENV,
     TRUE_WORDS,
+    WAIT_SECONDS_ENV,
     LearnMode,
 )
 from .parsing import (
@@ -48,6 +55,7 @@ from .parsing import (
     parse_redis_prefix,
     parse_redis_secret,
     parse_redis_url_setting,
+    parse_wait_seconds,
     parse_whole_number,
 )
 
@@ -56,8 +64,10 @@ __all__ = [
     "DEFAULT_FIRST_DELAY",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_SECONDS",
+    "DEFAULT_MAX_WAITERS",
     "DEFAULT_REDIS_PREFIX",
     "DEFAULT_REDIS_TIMEOUT_MS",
+    "DEFAULT_WAIT_SECONDS",
     "ENABLED_ENV",
     "FALSE_WORDS",
     "FIRST_DELAY_ENV",
@@ -68,8 +78,11 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "LONGEST_LEASE_SECONDS",
     "LONGEST_REDIS_TIMEOUT_MS",
+    "LONGEST_WAIT_SECONDS",
     "MAX_SECONDS_ENV",
+    "MAX_WAITERS_ENV",
     "MIN_REDIS_SECRET_LENGTH",
+    "MOST_WAITERS",
     "PREFIX_CHARACTERS",
     "REDIS_PREFIX_ENV",
     "REDIS_SECRET_ENV",
@@ -78,6 +91,7 @@ __all__ = [
     "STATUS_MODELS_ENV",
     "STATUS_TOKEN_ENV",
     "TRUE_WORDS",
+    "WAIT_SECONDS_ENV",
     "CooldownSettings",
     "LearnMode",
     "apply_app_config",
@@ -110,6 +124,8 @@ class CooldownSettings:
     learn: LearnMode = "off"
     lease_seconds: int = DEFAULT_LEASE_SECONDS
     first_delay: int = DEFAULT_FIRST_DELAY  # capped by max_seconds where it is used
+    wait_seconds: float = DEFAULT_WAIT_SECONDS  # a dispatch's default wait for a key
+    max_waiters: int = DEFAULT_MAX_WAITERS  # per provider per process; beyond it, 429 at once
 
 
 WARNED_NAMES_LIMIT = 1024
@@ -185,8 +201,26 @@ def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
         first_delay=_parse_default_on_error(
             values[FIRST_DELAY_ENV], FIRST_DELAY_ENV, DEFAULT_FIRST_DELAY, LARGEST_MAX_SECONDS
         ),
+        **_waiting(values),
         **_sharing(values),
     )
+
+
+def _waiting(values: Mapping[str, str | None]) -> dict[str, Any]:
+    """The waiting settings; a malformed one is its default, with one warning."""
+    waiting: dict[str, Any] = {}
+    try:
+        waiting["wait_seconds"] = parse_wait_seconds(values[WAIT_SECONDS_ENV], DEFAULT_WAIT_SECONDS)
+    except Malformed:
+        warn_once(WAIT_SECONDS_ENV, "%s is malformed; its default is used")
+    raw = (values[MAX_WAITERS_ENV] or "").strip()
+    if raw:
+        most = bounded_int(raw, 0, MOST_WAITERS)
+        if most is None:
+            warn_once(MAX_WAITERS_ENV, "%s is malformed; its default is used")
+        else:
+            waiting["max_waiters"] = most
+    return waiting
 
 
 def _parse_learn(raw: str | None) -> LearnMode:
@@ -268,6 +302,8 @@ def _as_setting(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, int) and value.bit_length() <= 64:  # str() of 4300+ digits raises
         return str(value)
+    if isinstance(value, float) and math.isfinite(value):  # MODEL_COOLDOWN_WAIT_SECONDS
+        return f"{value:.6f}"
     if isinstance(value, str):
         return value
     return _MALFORMED_APP_VALUE

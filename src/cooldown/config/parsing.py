@@ -9,12 +9,14 @@ from .names import (
     DEFAULT_REDIS_PREFIX,
     ENABLED_ENV,
     FALSE_WORDS,
+    LONGEST_WAIT_SECONDS,
     MIN_REDIS_SECRET_LENGTH,
     PREFIX_CHARACTERS,
     REDIS_PREFIX_ENV,
     REDIS_SECRET_ENV,
     REDIS_URL_ENV,
     TRUE_WORDS,
+    WAIT_SECONDS_ENV,
 )
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "parse_redis_prefix",
     "parse_redis_secret",
     "parse_redis_url_setting",
+    "parse_wait_seconds",
     "parse_whole_number",
 ]
 
@@ -101,3 +104,16 @@ def parse_redis_prefix(raw: str | None) -> str:
     if len(value) > 100 or not set(value) <= PREFIX_CHARACTERS:
         raise Malformed(REDIS_PREFIX_ENV)
     return value
+
+
+def parse_wait_seconds(raw: str | None, default: float) -> float:
+    """Seconds a dispatch may wait for a key: a plain decimal from 0 to 60."""
+    value = (raw or "").strip()
+    if not value:
+        return default
+    whole, _, fraction = value.partition(".")
+    if not (whole.isascii() and whole.isdigit() and (not fraction or fraction.isdigit())):
+        raise Malformed(WAIT_SECONDS_ENV)
+    if len(whole) > 2 or len(fraction) > 6 or float(value) > LONGEST_WAIT_SECONDS:
+        raise Malformed(WAIT_SECONDS_ENV)
+    return float(value)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import threading
@@ -26,7 +25,8 @@ from .dispatching import steps_for
 from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
-from .rotation import arotate, refuse_coroutine_function, rotate
+from .rotation import arotate, in_thread, refuse_coroutine_function, rotate
+from .waiting import checked_wait, wait_threads
 
 __all__ = ["CredentialPool"]
 
@@ -157,6 +157,7 @@ class CredentialPool(KeyRecording, PoolActions):
         rotate_on: Iterable[int] = (),
         advice: Callable[[Any], object] | None = None,
         cost: int | None = None,
+        wait: float | None = None,
     ) -> _Response | None:
         """Select, `send(key)`, record, and rotate to an untried key after a key problem.
 
@@ -174,7 +175,11 @@ class CredentialPool(KeyRecording, PoolActions):
         headers' advice stands. `cost` is the request's tokens: held in flight against each
         key's token budget (from the providers' token headers), and a 429 that shows requests
         left but fewer tokens than `cost` records the tokens instead of cooling the key.
-        `None` without calling `send` when no key is configured.
+        `wait` (0 to 60 seconds; default `MODEL_COOLDOWN_WAIT_SECONDS`, itself 0): when no
+        key is free, wait that long at most for the earliest one (a cooldown ending, a
+        budget refilling, an attempt finishing) instead of raising at once; waiters are
+        served first come, first served. `None` without calling `send` when no key is
+        configured (or every key is drained).
         `send` must be a plain function; an `async def send` goes to `adispatch`.
         """
         refuse_coroutine_function(send)
@@ -190,6 +195,7 @@ class CredentialPool(KeyRecording, PoolActions):
             rotate_on,
             advice,
             cost,
+            checked_wait(wait),
         )
         return rotate(steps, send)
 
@@ -208,13 +214,16 @@ class CredentialPool(KeyRecording, PoolActions):
         rotate_on: Iterable[int] = (),
         advice: Callable[[Any], object] | None = None,
         cost: int | None = None,
+        wait: float | None = None,
     ) -> _Response | None:
         """`dispatch` for an `async def send(key)` (httpx.AsyncClient, aiohttp, AsyncOpenAI).
 
         The same loop and rules as `dispatch`. With Redis sharing on, every step that may
         reach Redis (attaching to it included) runs in a worker thread, so the event loop
-        never waits on it; so does a step that calls a `keys=` callable.
+        never waits on it; so does a step that calls a `keys=` callable, and, with a `wait`,
+        every step, in threads of its own (a waiting dispatch never holds up the loop).
         """
+        seconds = checked_wait(wait)
         build = functools.partial(
             steps_for,
             self,
@@ -228,14 +237,19 @@ class CredentialPool(KeyRecording, PoolActions):
             rotate_on,
             advice,
             cost,
+            seconds,
         )
+        threads = wait_threads() if seconds > 0 else None
         offload = (
-            self.store.shared is not None
+            threads is not None
+            or self.store.shared is not None
             or shared_state_configured()
             or self._reads_keys_now(provider)
         )
-        steps = await asyncio.to_thread(build) if offload else build()
-        return await arotate(steps, send, offload=offload)
+        if not offload:
+            return await arotate(build(), send, offload=False)
+        steps = await in_thread(threads, build)
+        return await arotate(steps, send, offload=True, threads=threads)
 
     @pool_method
     def status(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from ..arguments import check_cost, resolve_now, usable_advice
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, warn_once
 from ..digests import scope_message
+from ..errors import ModelCooldownExhausted
 from ..evidence.advice import (
     QuotaBuckets,
     RecordingContext,
@@ -104,6 +105,7 @@ def steps_for(
     rotate_on: Iterable[int],
     advice: object,
     cost: object = None,
+    wait: float = 0.0,
 ) -> Steps:
     """The loop's steps for one dispatch; its arguments checked before anything is sent."""
     rotate_on = check_rotate_on(rotate_on)
@@ -135,6 +137,7 @@ def steps_for(
             read=evidence_reader(provider, advice),
         )
     dispatch = _ScopedDispatch(pool, provider, scope, affinity, order, now, current, checked_cost)
+    dispatch.wait_until = time.monotonic() + wait
     return rotation(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
@@ -175,11 +178,35 @@ class _ScopedDispatch:
             cost=cost,
         )
 
+    wait_until = 0.0  # monotonic: until when this dispatch may wait for a key
+
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
-        """The next key, counted in flight; affinity keeps its rendezvous order."""
+        """The next key, counted in flight; when none is free, wait for the earliest within
+        the dispatch's `wait` (a key tried already comes back once its cooldown ended)."""
+        try:
+            return self._admit_once(tried)
+        except ModelCooldownExhausted as refusal:
+            waiting_from = time.monotonic()
+            if self.wait_until <= waiting_from:
+                raise
+            scope = self.scope
+            return self.store.wait_for_key(
+                scope.provider,
+                scope.model,
+                scope.quota_bucket,
+                refusal,
+                lambda: self._admit_once(set(), waited=time.monotonic() - waiting_from),
+                seconds=self.wait_until - waiting_from,
+                max_waiters=self.current.max_waiters,
+            )
+
+    def _admit_once(self, tried: set[str], waited: float = 0.0) -> tuple[str, Attempt] | None:
+        """One admission; a caller's own clock (`now=`) moves on by the time waited."""
         pool, provider = self.pool, self.scope.provider
         configured = pool.keys(provider)
         current_time = resolve_now(self.scope.now)
+        if self.scope.now is not None:
+            current_time += waited
         candidates = pool._in_rotation(provider, configured, current_time)
         if not candidates:
             return None

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Iterable
+from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 from ..errors import CooldownError, ModelCooldownExhausted
@@ -19,9 +22,10 @@ from ..evidence.advice import RecordingContext
 from ..evidence.answers import Answer, answer_raised, answer_returned
 from ..evidence.outcome import classify_status
 
-__all__ = ["arotate", "check_rotate_on", "rotate", "rotation"]
+__all__ = ["arotate", "check_rotate_on", "in_thread", "rotate", "rotation"]
 
 _Response = TypeVar("_Response")
+_T = TypeVar("_T")
 Steps = Generator[str, Any, Any]
 """Yields the key to send with next; receives that attempt's `Answer`; returns the last one."""
 
@@ -185,14 +189,19 @@ def rotate(steps: Steps, send: Callable[[str], _Response]) -> _Response | None:
 
 
 async def arotate(
-    steps: Steps, send: Callable[[str], Awaitable[_Response]], *, offload: bool
+    steps: Steps,
+    send: Callable[[str], Awaitable[_Response]],
+    *,
+    offload: bool,
+    threads: Executor | None = None,
 ) -> _Response | None:
-    """Drive the loop with awaits; with `offload`, each step (it may reach Redis) runs in a
-    worker thread, so a slow or frozen Redis never blocks the event loop."""
+    """Drive the loop with awaits; with `offload`, each step (it may reach Redis, or wait
+    for a key) runs in a worker thread (of `threads`, else the loop's default executor), so
+    neither a slow Redis nor a wait ever blocks the event loop."""
 
     async def step(answer: Answer | None) -> tuple[bool, Any]:
         if offload:
-            return await asyncio.to_thread(_advance, steps, answer)
+            return await in_thread(threads, _advance, steps, answer)
         return _advance(steps, answer)
 
     try:
@@ -209,10 +218,18 @@ async def arotate(
             # `send` raised or the task was cancelled mid-attempt: ending the attempt may
             # reach Redis, so it ends in a worker thread (shielded: it ends even if the
             # task is cancelled again meanwhile).
-            await asyncio.shield(asyncio.to_thread(_close_steps, steps))
+            await asyncio.shield(in_thread(threads, _close_steps, steps))
         else:
             _close_steps(steps)
     return _end(value)  # type: ignore[no-any-return]
+
+
+async def in_thread(threads: Executor | None, function: Callable[..., _T], *args: Any) -> _T:
+    """`asyncio.to_thread` on `threads` (else the loop's default executor): the context
+    (an app context, say) goes along."""
+    context = contextvars.copy_context()
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(threads, functools.partial(context.run, function, *args))
 
 
 def _close_steps(steps: Steps) -> None:

@@ -24,12 +24,13 @@ from ..digests import (
     credential_prefix,
     scope_message,
 )
-from ..errors import ModelCooldownCapacity, ModelCooldownExhausted
+from ..errors import ModelCooldownCapacity
 from .accounts import account_entries
 from .admission import Admission, Attempt, Claim, Order
 from .backend import SharedAttempt, Sharing
 from .scope import CallScope, call_scope
-from .selection import gather
+from .selection import exhausted, gather
+from .waiting import KeyWaiters
 
 __all__ = ["Attempts", "ending_attempt"]
 
@@ -58,6 +59,7 @@ class Attempts:
     _capacity_rejections_total: int
     _probes_total: int
     _choose: Callable[..., list[str]]  # the store's one selection, under its lock
+    _waiters: KeyWaiters
 
     def admit(
         self,
@@ -183,7 +185,7 @@ class Attempts:
         with self._lock:
             self._exhausted_total += 1
         sharing.backend.add_to_fleet("exhausted_total", now)
-        raise ModelCooldownExhausted(retry_after(min(claim.earliest, *answer.holds), now, ceiling))
+        raise exhausted(min(claim.earliest, *answer.holds), now, ceiling)
 
     @contextmanager
     def ending(self, attempt: Attempt) -> Iterator[None]:
@@ -203,6 +205,7 @@ class Attempts:
         require_attempt(attempt)
         with self._lock:
             self._admission.finish(attempt, served=served, answered=answered)
+        self._waiters.notify()  # the attempt no longer holds its key
         sharing = self._shared
         if attempt.shared is not None and sharing is not None:  # no lock across the round trip
             sharing.backend.end(attempt.shared, served=served)

@@ -16,6 +16,7 @@ from .budget import DIGEST_SIZE
 from .schedule import DeadlineSchedule
 from .scope import CallScope, call_scope
 from .selection import Lookup, Reason, gather
+from .waiting import KeyWaiters
 
 __all__ = ["Inspection"]
 
@@ -43,6 +44,7 @@ class Inspection:
     _exhausted_total: int
     _capacity_rejections_total: int
     _probes_total: int
+    _waiters: KeyWaiters
 
     def explain(
         self,
@@ -182,6 +184,7 @@ class Inspection:
                 "exhausted_total": self._exhausted_total,
                 "capacity_rejections_total": self._capacity_rejections_total,
                 "probes_total": self._probes_total,
+                **self._waiters.counts,
                 **(_LOCAL_ONLY if self._shared is None else self._shared.backend.stats()),
             }
 

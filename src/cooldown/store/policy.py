@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 from ..arguments import (
     bounded_max_seconds,
@@ -15,6 +16,7 @@ from ..arguments import (
     resolve_now,
 )
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..errors import ModelCooldownExhausted
 from ..evidence.outcome import UpstreamOutcome
 from ..forksafe import new_lock
 from .admission import ORDERS, Admission, Attempt, Order
@@ -25,6 +27,9 @@ from .inspection import Inspection
 from .operators import KeyActions
 from .schedule import DeadlineSchedule
 from .selection import Selection
+from .waiting import SHARED_RECHECK_SECONDS, KeyWaiters
+
+_T = TypeVar("_T")
 
 __all__ = [
     "MAX_ENTRIES",
@@ -106,6 +111,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
         self._probes_total = 0
         self._shared: Sharing | None = None
         self._drained: set[bytes] = set()  # credential digests an operator drained
+        self._waiters = KeyWaiters()
         self._fleet_marks: object = None
         self._clears_followed: dict[str, float] = {}
 
@@ -181,6 +187,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
                 else:
                     escalated = len(parts) > 1
                     parts = parts[:1]  # escalated: shared as the credential-wide entry too
+        self._waiters.notify()  # a success may have reopened a key
         sharing = self._shared
         if sharing is not None:
             shared_entry = b"".join(map(sharing.digest, parts)).hex()
@@ -216,6 +223,38 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
             if not schedule.full():
                 self._budget.added(entry)
         return entry, schedule.put(entry, deadline)
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait_for_key(
+        self,
+        provider: str,
+        model: str | None,
+        quota_bucket: str | None,
+        refusal: ModelCooldownExhausted,
+        admit: Callable[[], _T],
+        *,
+        seconds: float,
+        max_waiters: int,
+    ) -> _T:
+        """`admit()` again once a key may be free, for at most `seconds`, first come first
+        served among this store's waiters for the provider and scope; else the 429, with
+        its then-remaining `Retry-After`. No lock is held while waiting."""
+        recheck = None if self._shared is None else SHARED_RECHECK_SECONDS
+        queue = scope_message(model, quota_bucket)
+        return self._waiters.wait(
+            provider,
+            queue,
+            refusal,
+            admit,
+            seconds=seconds,
+            max_waiters=max_waiters,
+            recheck=recheck,
+        )
+
+    def wait_histogram(self) -> tuple[list[tuple[str, int]], float]:
+        """Seconds waited for a key: cumulative (upper bound, count) pairs and their sum."""
+        return self._waiters.histogram()
 
     # -- sharing ------------------------------------------------------------------------------
 
@@ -255,6 +294,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
             self._exhausted_total = 0
             self._capacity_rejections_total = 0
             self._probes_total = 0
+        self._waiters.reset_counts()
 
 
 model_cooldown = ModelCooldown()

@@ -29,6 +29,7 @@ __all__ = [
     "Reason",
     "Selection",
     "admissible",
+    "exhausted",
     "gather",
     "scan",
 ]
@@ -89,6 +90,13 @@ def gather(
             sharing, prefix, keys, message, resolve_now(given_now), ceiling
         )
     return ceiling, prefix, keys, message, legacy, given_now, shared, shared_overflow, grouped
+
+
+def exhausted(earliest: float, now: float, ceiling: int) -> ModelCooldownExhausted:
+    """The 429, with the exact seconds until the earliest key frees beside its whole ones."""
+    refusal = ModelCooldownExhausted(retry_after(earliest, now, ceiling))
+    refusal.free_in_seconds = min(float(ceiling), max(0.0, earliest - now))
+    return refusal
 
 
 def scan(
@@ -284,7 +292,7 @@ class Selection:
                 )
             if keys and not free and mode != "available":
                 self._exhausted_total += 1
-                raise ModelCooldownExhausted(retry_after(earliest, current_time, ceiling))
+                raise exhausted(earliest, current_time, ceiling)
             overflow = max(self._schedule.overflow_until, shared_overflow)
             if free and overflow > current_time:  # an empty result never raises this
                 self._capacity_rejections_total += 1

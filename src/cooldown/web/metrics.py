@@ -37,6 +37,10 @@ ALL_COOLING_METRIC = (
     "model_cooldown_all_cooling_scopes",
     "models or buckets in which every key of the provider cools: clients get 429 there",
 )
+WAITED_METRIC = (
+    "model_cooldown_wait_seconds",
+    "seconds a dispatch waited for a key, served or timed out",
+)
 SCOPED_METRIC = (
     "model_cooldown_scoped_cooldowns",
     "live per-model (or bucket) cooldowns over the provider's keys",
@@ -220,14 +224,20 @@ def metrics_response(pools: Pools) -> Response:
         # Every worker's values, this one's included, as published in the last second.
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
-        registry.register(_Collector(overview(pools)))
+        registry.register(_Collector(overview(pools), pools.store.wait_histogram()))
     # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, once
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
 class _Collector:
-    def __init__(self, summary: dict[str, Any]) -> None:
-        self._summary = summary
+    def __init__(
+        self, summary: dict[str, Any], waited: tuple[list[tuple[str, int]], float]
+    ) -> None:
+        self._summary, self._waited = summary, waited
 
     def collect(self) -> list[Any]:
-        return _families(self._summary)
+        from prometheus_client.core import HistogramMetricFamily
+
+        buckets, total = self._waited
+        waits = HistogramMetricFamily(*WAITED_METRIC, buckets=buckets, sum_value=total)
+        return [*_families(self._summary), waits]

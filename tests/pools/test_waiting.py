@@ -1,0 +1,317 @@
+"""`dispatch(wait=...)`: a bounded wait for the earliest free key, woken by releases and
+records, first come first served, capped, and never stalling an event loop."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import requests
+from flask import Flask
+
+from cooldown import (
+    CredentialPool,
+    ModelCooldown,
+    ModelCooldownExhausted,
+    init_app,
+    model_cooldown,
+    status_blueprint,
+)
+from cooldown.shared.observations import RedisObservations
+
+from ..conftest import longest_loop_gap
+
+P = "waited"
+KEYS = ["sk-waited-one-0123456789", "sk-waited-two-0123456789"]
+SECRET = "waiting-secret-" + "s" * 32
+BOUND = 10.0  # the longest any event here is waited for: a broken wake fails, never hangs
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.status_code, self.headers = status, headers or {}
+
+
+@pytest.fixture(autouse=True)
+def pool(enabled: None) -> Iterator[None]:
+    CredentialPool.register(P, keys=KEYS)
+    yield
+    CredentialPool._providers.pop(P, None)
+
+
+def cool_every_key(seconds: float) -> None:
+    for key in KEYS:
+        CredentialPool.record(P, key, 429, model="m", retry_after_seconds=seconds)
+
+
+def counts() -> dict[str, object]:
+    stats = model_cooldown.stats()
+    return {name: stats[name] for name in stats if name.startswith("waits")}
+
+
+def test_a_waiter_is_served_when_a_cooldown_ends() -> None:
+    cool_every_key(1)
+    started = time.monotonic()
+    answer = CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=2)
+    assert answer is not None
+    assert answer.status_code == 200
+    assert 0.8 < time.monotonic() - started < 1.8
+    assert counts()["waits_total"] == 1
+    assert counts()["waits_served_total"] == 1
+
+
+def test_a_waiter_is_served_when_a_budget_refills() -> None:
+    spent = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "0.3s"}
+    for _ in KEYS:
+        CredentialPool.dispatch(P, lambda key: Answer(200, spent), model="m")
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.dispatch(P, lambda key: Answer(200), model="m")  # wait=0: at once
+    answer = CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=2)
+    assert answer is not None
+    assert answer.status_code == 200
+
+
+@pytest.mark.parametrize("answered", [True, False], ids=["answered", "no-answer"])
+def test_a_waiter_is_served_when_an_attempt_in_flight_releases_its_probe(answered: bool) -> None:
+    CredentialPool.register(P, keys=KEYS[:1])
+    ended = time.monotonic() - 1.5  # a one-second cooldown that has just ended
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=1, now=ended)
+    probing, release = threading.Event(), threading.Event()
+    released_at: list[float] = []
+
+    def probe(key: str) -> Answer:
+        probing.set()
+        assert release.wait(BOUND)
+        released_at.append(time.monotonic())
+        if not answered:  # a refused connection: nothing is recorded, the attempt just ends
+            raise ConnectionRefusedError
+        return Answer(200)
+
+    def dispatch_probe() -> None:
+        with contextlib.suppress(ConnectionRefusedError):
+            CredentialPool.dispatch(P, probe, model="m")
+
+    prober = threading.Thread(target=dispatch_probe)
+    prober.start()
+    assert probing.wait(BOUND)
+    sent_at: list[float] = []
+
+    def waiter_send(key: str) -> Answer:
+        sent_at.append(time.monotonic())
+        return Answer(200)
+
+    waiter = threading.Thread(
+        target=CredentialPool.dispatch, args=(P, waiter_send), kwargs={"model": "m", "wait": 5}
+    )
+    waiter.start()
+    deadline = time.monotonic() + BOUND
+    while model_cooldown._waiters.waiting == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    release.set()
+    prober.join(BOUND)
+    waiter.join(BOUND)
+    assert sent_at, "the waiter was never served"
+    assert sent_at[0] - released_at[0] < 0.5  # woken by the release, not the probe's 1 s
+
+
+def test_the_deadline_is_kept_with_the_then_remaining_retry_after() -> None:
+    cool_every_key(1)  # the shortest cooldown there is
+    rethrottle = threading.Timer(0.3, cool_every_key, args=(30,))
+    rethrottle.start()
+    started = time.monotonic()
+    with pytest.raises(ModelCooldownExhausted) as refused:
+        CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=1.5)
+    rethrottle.join()
+    assert time.monotonic() - started < 0.9  # woken by the record: no use waiting on
+    assert 29 <= refused.value.retry_after <= 30
+    assert counts()["waits_timed_out_total"] == 1
+
+
+def test_no_wait_when_the_earliest_key_frees_beyond_it() -> None:
+    cool_every_key(30)
+    started = time.monotonic()
+    with pytest.raises(ModelCooldownExhausted) as refused:
+        CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=2)
+    assert time.monotonic() - started < 0.2
+    assert refused.value.retry_after == 30
+    assert counts()["waits_total"] == 0
+
+
+def test_beyond_the_waiter_cap_the_429_comes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_MAX_WAITERS", "1")
+    cool_every_key(1)
+    first = threading.Thread(
+        target=CredentialPool.dispatch,
+        args=(P, lambda key: Answer(200)),
+        kwargs={"model": "m", "wait": 3},
+    )
+    first.start()
+    deadline = time.monotonic() + BOUND
+    while model_cooldown._waiters.waiting == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=3)
+    first.join(BOUND)
+    assert counts()["waits_refused_total"] == 1
+    assert counts()["waits_served_total"] == 1
+
+
+def test_waiters_are_served_first_come_first_served_under_8_threads() -> None:
+    store = ModelCooldown()
+    tokens: list[int] = []  # a key freed, one at a time, by this test
+    served: list[int] = []
+    lock = threading.Lock()
+    refusal = ModelCooldownExhausted(1)
+    refusal.free_in_seconds = 0.5
+
+    def admit(index: int) -> int:
+        with lock:
+            if not tokens:
+                raise refusal
+            tokens.pop()
+            served.append(index)
+            return index
+
+    threads = []
+    for index in range(8):
+        thread = threading.Thread(
+            target=store.wait_for_key,
+            args=(P, "m", None, refusal, lambda index=index: admit(index)),
+            kwargs={"seconds": BOUND, "max_waiters": 64},
+        )
+        thread.start()
+        deadline = time.monotonic() + BOUND
+        while store._waiters.waiting < index + 1:  # queued in this order
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        threads.append(thread)
+    for count in range(1, 9):
+        with lock:
+            tokens.append(1)
+        store._waiters.notify()
+        deadline = time.monotonic() + BOUND
+        while len(served) < count:
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+    for thread in threads:
+        thread.join(BOUND)
+    assert served == list(range(8))
+
+
+def test_an_async_waiter_never_stalls_the_event_loop() -> None:
+    cool_every_key(1)
+
+    async def send(key: str) -> Answer:
+        return Answer(200)
+
+    async def work() -> object:
+        return await CredentialPool.adispatch(P, send, model="m", wait=2)
+
+    gap, answer = longest_loop_gap(work)
+    assert isinstance(answer, Answer)
+    assert answer.status_code == 200
+    assert gap < 0.05
+
+
+@pytest.mark.parametrize(
+    ("wait", "error"),
+    [
+        (True, TypeError),
+        ("1", TypeError),
+        (-1, ValueError),
+        (61, ValueError),
+        (float("nan"), ValueError),
+    ],
+)
+def test_a_wait_out_of_range_is_refused_before_anything_is_sent(
+    wait: object, error: type[Exception]
+) -> None:
+    sent: list[str] = []
+    with pytest.raises(error):
+        CredentialPool.dispatch(
+            P, lambda key: sent.append(key) or Answer(200), model="m", wait=wait
+        )  # type: ignore[arg-type]
+    assert sent == []
+
+
+def test_the_setting_gives_the_default_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_WAIT_SECONDS", "2")
+    cool_every_key(1)
+    answer = CredentialPool.dispatch(P, lambda key: Answer(200), model="m")
+    assert answer is not None
+    assert answer.status_code == 200
+
+
+def test_a_waiter_in_one_process_is_served_after_a_release_in_another(
+    redis_url: str, prefix: str
+) -> None:
+    stores = []
+    for _ in range(2):
+        store = ModelCooldown()
+        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
+        stores.append(store)
+    try:
+        first, second = CredentialPool(store=stores[0]), CredentialPool(store=stores[1])
+        for pool in (first, second):
+            pool.register(P, keys=KEYS[:1])
+        ended = time.monotonic() - 1.5  # a shared cooldown that has just ended
+        second.record(P, KEYS[0], 429, model="m", retry_after_seconds=1, now=ended)
+        probing, release = threading.Event(), threading.Event()
+
+        released_at: list[float] = []
+
+        def probe(key: str) -> Answer:
+            probing.set()
+            assert release.wait(BOUND)
+            released_at.append(time.monotonic())
+            return Answer(200)
+
+        def waiter_send(key: str) -> Answer:
+            sent_at.append(time.monotonic())
+            return Answer(200)
+
+        sent_at: list[float] = []
+
+        prober = threading.Thread(target=second.dispatch, args=(P, probe), kwargs={"model": "m"})
+        prober.start()
+        assert probing.wait(BOUND)
+        with pytest.raises(ModelCooldownExhausted):
+            first.dispatch(P, lambda key: Answer(200), model="m")  # the probe holds the key
+        threading.Timer(0.2, release.set).start()
+        answer = first.dispatch(P, waiter_send, model="m", wait=5)
+        prober.join(BOUND)
+        assert answer is not None
+        assert answer.status_code == 200
+        assert sent_at[0] - released_at[0] < 0.6  # seen at a re-check, not the probe's 1 s
+        assert stores[0].stats()["waits_served_total"] == 1
+    finally:
+        for store in stores:
+            backend = store.detach_shared()
+            assert isinstance(backend, RedisObservations)
+            backend.close()
+
+
+def test_waits_are_counted_in_metrics_with_a_histogram_of_seconds(
+    monkeypatch: pytest.MonkeyPatch, serve_in_thread: Callable[[Flask], str]
+) -> None:
+    token = "waiting-metrics-token-" + "0123456789" * 3
+    monkeypatch.setenv("MODEL_COOLDOWN_STATUS_TOKEN", token)
+    app = Flask("waiting")
+    init_app(app)
+    app.register_blueprint(status_blueprint())
+    base = serve_in_thread(app)
+    cool_every_key(1)
+    CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=2)
+    text = requests.get(
+        f"{base}/cooldown/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    ).text
+    assert "model_cooldown_waits_total 1.0" in text
+    assert "model_cooldown_waits_served_total 1.0" in text
+    assert 'model_cooldown_wait_seconds_bucket{le="0.5"} 0.0' in text
+    assert 'model_cooldown_wait_seconds_bucket{le="2.0"} 1.0' in text
+    assert "model_cooldown_wait_seconds_count 1.0" in text
