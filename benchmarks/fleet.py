@@ -26,11 +26,16 @@ WORKERS, THREADS = 4, 8
 
 
 def open_loop(
-    total: int, rate: float, clients: int, request_one: Callable[[int, requests.Session], int]
+    total: int,
+    rate: float,
+    clients: int,
+    request_one: Callable[[int, requests.Session], int],
+    due: list[float] | None = None,
 ) -> list[tuple[int, float]]:
-    """Offer requests 0 .. total - 1 at `rate` a second, each due at its own moment whatever
-    the answers before it (open loop), from `clients` threads with a session each; per
-    request, in order: the status its client saw and how long it took."""
+    """Offer requests 0 .. total - 1 at `rate` a second (or each at its `due` offset, in
+    seconds), each due at its own moment whatever the answers before it (open loop), from
+    `clients` threads with a session each; per request, in order: the status its client saw
+    and how long it took."""
     answered: list[tuple[int, float]] = [(0, 0.0)] * total
     next_index = iter(range(total))
     start = time.monotonic()
@@ -38,7 +43,8 @@ def open_loop(
     def client() -> None:
         session = requests.Session()
         for index in next_index:
-            time.sleep(max(0.0, start + index / rate - time.monotonic()))
+            offset = index / rate if due is None else due[index]
+            time.sleep(max(0.0, start + offset - time.monotonic()))
             sent = time.monotonic()
             status = request_one(index, session)
             answered[index] = (status, time.monotonic() - sent)

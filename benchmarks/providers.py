@@ -1,10 +1,11 @@
 """Accounts and token budgets: a provider whose limits belong to accounts.
 
 Run by hand: `python benchmarks/providers.py [--seconds 60] [--load 1.2] [--modes ...]
-[--gunicorn]`. A provider keeps continuous request and token buckets per (account, model),
-refilled at their limit per minute and empty when the run starts; 6 keys in 3 accounts of
-three tiers, 2 models; request sizes and latencies drawn from log-normal distributions with a
-fixed seed (latency median 0.8 s, p99 about 8 s, as non-streamed completions take). The
+[--gunicorn] [--bursty] [--waits 0,2]`. A provider keeps continuous request and token
+buckets per (account, model), refilled at their limit per minute and empty when the run
+starts; 6 keys in 3 accounts of three tiers, 2 models; request sizes and latencies drawn
+from log-normal distributions with a fixed seed (latency median 0.8 s, p99 about 8 s, as
+non-streamed completions take). The
 provider decides each request, and computes its rate-limit headers, when it arrives, and
 sends the answer after the request's latency: the headers a gateway reads are as old as
 that. Half-way through, one key is revoked (it answers 401 from then on); one account
@@ -18,6 +19,9 @@ One process: 32 client threads call `dispatch` in-process, `send` sleeps for the
 latency. `--gunicorn`: the gateway is 4 gunicorn gthread workers (8 threads each) sharing
 state through Redis (`MODEL_COOLDOWN_TEST_REDIS_URL`, default 127.0.0.1:6379, a prefix of
 each run's own, deleted afterwards), the provider a loopback HTTP server, 32 client threads.
+`--bursty`: arrivals doubled for 5 s in every 30 (run it below capacity, `--load 0.8`);
+`--waits`: each run again for each `MODEL_COOLDOWN_WAIT_SECONDS` given (`dispatch`'s wait
+for the earliest free key instead of the 429 at once).
 Prints per run: served, provider 429s per account-model-minute (all, and those to requests
 sent after their account-model's first 429: the buckets start empty, and what is sent before
 the first answer comes back cannot be foreseen), 429s that met a sibling of a key throttled
@@ -227,15 +231,26 @@ def serve_http(provider: Provider) -> tuple[str, Callable[[], None]]:
     return f"{base}/v1/chat/completions", stop
 
 
-def run(strategy: str, mode: str, args: argparse.Namespace) -> dict[str, float]:
+def bursty(rate: float, seconds: float) -> list[float]:
+    """Arrival offsets at `rate` a second, doubled for the first 5 s of every 30."""
+    offsets, at = [], 0.0
+    while at < seconds:
+        offsets.append(at)
+        at += 1.0 / (rate * (2 if at % 30 < 5 else 1))
+    return offsets
+
+
+def run(strategy: str, mode: str, args: argparse.Namespace, wait: str) -> dict[str, float]:
     learn = "apply" if mode == "silent" else "off"
     os.environ["MODEL_COOLDOWN_LEARN"] = learn
+    os.environ["MODEL_COOLDOWN_WAIT_SECONDS"] = wait
     model_cooldown.reset()
     CredentialPool.reset()
     window_learner.reset()
     register(strategy)
     rate = capacity_per_second() * args.load
-    total = int(rate * args.seconds)
+    due = bursty(rate, args.seconds) if args.bursty else None
+    total = int(rate * args.seconds) if due is None else len(due)
     generator = random.Random(7)
     sizes = [
         min(
@@ -258,13 +273,14 @@ def run(strategy: str, mode: str, args: argparse.Namespace) -> dict[str, float]:
 
             return gateway(strategy, model, tokens, send, index)
 
-        return offer(provider, total, rate, latencies, in_process)
+        return offer(provider, total, rate, latencies, in_process, due)
     upstream_url, stop = serve_http(provider)
     try:
         env = {
             "MODEL_COOLDOWN_LEARN": learn,
             "BENCH_UPSTREAM_URL": upstream_url,
             "BENCH_STRATEGY": strategy,
+            "MODEL_COOLDOWN_WAIT_SECONDS": wait,
         }
         with gunicorn_gateway("providers_gateway:app", env) as base:
             url = f"{base}/v1/chat/completions"
@@ -278,7 +294,7 @@ def run(strategy: str, mode: str, args: argparse.Namespace) -> dict[str, float]:
                 }
                 return session.post(url, json=body, timeout=60).status_code
 
-            return offer(provider, total, rate, latencies, over_http)
+            return offer(provider, total, rate, latencies, over_http, due)
     finally:
         stop()
 
@@ -289,14 +305,16 @@ def offer(
     rate: float,
     latencies: list[float],
     request_one: Callable[[int, requests.Session], int],
+    due: list[float] | None = None,
 ) -> dict[str, float]:
     """Open-loop traffic from 32 client threads; the figures of one run."""
     start = time.monotonic()
-    provider.start, provider.revoke_at = start, start + total / rate / 2
+    length = total / rate if due is None else due[-1]
+    provider.start, provider.revoke_at = start, start + length / 2
     with provider.lock:
         for bucket in provider.buckets.values():
             bucket.at = start
-    answered = open_loop(total, rate, CLIENTS, request_one)
+    answered = open_loop(total, rate, CLIENTS, request_one, due)
     pair_minutes = len(ACCOUNTS) * len(MODELS) * (time.monotonic() - start) / 60.0
     added = [
         took - latencies[index] for index, (status, took) in enumerate(answered) if status == 200
@@ -323,32 +341,40 @@ def main() -> None:
     parser.add_argument("--modes", default="openai,anthropic,retry-after,silent")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--gunicorn", action="store_true", help="4 workers sharing Redis")
+    parser.add_argument("--bursty", action="store_true", help="arrivals doubled 5 s in 30")
+    parser.add_argument("--waits", default="0", help="MODEL_COOLDOWN_WAIT_SECONDS per run")
     args = parser.parse_args()
     os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
     where = f"gunicorn, {WORKERS} gthread workers x {THREADS} threads, sharing Redis"
     print(
         f"6 keys in 3 accounts (two each), 2 models, {args.load}x load, {args.seconds:.0f} s"
         f" per run, {CLIENTS} client threads, {where if args.gunicorn else 'one process'}"
+        + (", arrivals doubled for 5 s in every 30" if args.bursty else "")
     )
     print(
-        "| mode | strategy | served / offered | provider 429s per account-model-minute"
+        "| mode | strategy | wait s | served / offered | provider 429s per account-model-minute"
         " (after the first) | sibling 429s | token 429s | client 429s | added ms p50/p99 |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for mode in args.modes.split(","):
-        for strategy in args.strategies.split(","):
-            figures = run(strategy, mode, args)
-            print(
-                f"| {mode} | {strategy} | {figures['served']} / {figures['offered']} | "
-                f"{figures['429s per account-model-minute']:.2f}"
-                f" ({figures['after the first']:.2f}) | "
-                f"{figures['sibling 429s']:.0f}"
-                + (f" (<= {figures['sibling gap ms']:.0f} ms)" if figures["sibling 429s"] else "")
-                + f" | {figures['token 429s']:.0f} | "
-                f"{figures['client 429s']:.0f} | "
-                f"{figures['p50 added ms']:.0f} / {figures['p99 added ms']:.0f} |",
-                flush=True,
-            )
+    print("|---|---|---|---|---|---|---|---|---|")
+    runs = [
+        (mode, strategy, wait)
+        for mode in args.modes.split(",")
+        for strategy in args.strategies.split(",")
+        for wait in args.waits.split(",")
+    ]
+    for mode, strategy, wait in runs:
+        figures = run(strategy, mode, args, wait)
+        print(
+            f"| {mode} | {strategy} | {wait} | {figures['served']} / {figures['offered']} | "
+            f"{figures['429s per account-model-minute']:.2f}"
+            f" ({figures['after the first']:.2f}) | "
+            f"{figures['sibling 429s']:.0f}"
+            + (f" (<= {figures['sibling gap ms']:.0f} ms)" if figures["sibling 429s"] else "")
+            + f" | {figures['token 429s']:.0f} | "
+            f"{figures['client 429s']:.0f} | "
+            f"{figures['p50 added ms']:.0f} / {figures['p99 added ms']:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
