@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ..arguments import resolve_now
 from ..config import CooldownSettings
 from ..evidence.learn import WindowLearner, window_learner
 from ..forksafe import new_lock, new_rlock
@@ -146,22 +147,21 @@ class ActiveKeyState:
     @pool_method
     def _record_scoped(
         self,
+        scope: CallScope,
         key: str,
         evidence: CheckedEvidence,
-        now: float,
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        retry_after_seconds: float | None = None,
-        fallback_seconds: float,
         current: CooldownSettings,
+        fallback_seconds: float,
+        retry_after_seconds: float | None = None,
         sent_at: float | None = None,
     ) -> None:
-        """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth."""
+        """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth.
+        `scope.now` is the caller's resolved clock."""
+        now = resolve_now(scope.now)
         deadline = store_evidence(
             self.store,
             self._learner,
-            CallScope(self.namespace, model, quota_bucket, now, current.max_seconds),
+            scope,
             key,
             evidence,
             retry_after_seconds=retry_after_seconds,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ..arguments import resolve_now, seconds
 from ..evidence.outcome import UpstreamOutcome
+from ..store import CallScope
 from ._common import (
     CheckedEvidence,
     check_evidence,
@@ -156,16 +157,12 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         current_time = resolve_now(now)
         if current is not None:
             evidence = CheckedEvidence.from_call(status, outcome, credential_wide_auth)
+            scope = CallScope(
+                self.namespace, model, quota_bucket, current_time, current.max_seconds
+            )
+            fallback = evidence.fallback(rejected=ttl, otherwise=throttle_seconds)
             self._record_scoped(
-                key,
-                evidence,
-                current_time,
-                model=model,
-                quota_bucket=quota_bucket,
-                retry_after_seconds=retry_after_seconds,
-                fallback_seconds=evidence.fallback(rejected=ttl, otherwise=throttle_seconds),
-                current=current,
-                sent_at=sent_at,
+                scope, key, evidence, current, fallback, retry_after_seconds, sent_at
             )
         with self._lock:
             if current is None and (not count_request or is_nanogpt_credential_rejection(status)):

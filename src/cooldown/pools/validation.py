@@ -220,9 +220,8 @@ class ValidatedKeyPool(ActiveKeyState):
             elif current is not None and status == 401:
                 # A probe carries no model evidence: only genuine auth cools the key.
                 wide_auth = CheckedEvidence(classify_upstream_outcome(401), True)
-                self._record_scoped(
-                    key, wide_auth, now, fallback_seconds=policy.ttl, current=current
-                )
+                scope = CallScope(self.namespace, now=now, max_seconds=current.max_seconds)
+                self._record_scoped(scope, key, wide_auth, current, policy.ttl)
             elif key == previous:
                 previous_ambiguous = True
         with self._lock:

@@ -9,7 +9,6 @@ process-local bookkeeping decides, as without sharing.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -18,7 +17,6 @@ from typing import Literal
 from ..arguments import check_cost, finite_number, require_str, resolve_now, retry_after
 from ..config import LARGEST_MAX_SECONDS
 from ..digests import (
-    PreparedHmac,
     account_message,
     credential_message,
     credential_prefix,
@@ -26,11 +24,11 @@ from ..digests import (
 )
 from ..errors import ModelCooldownCapacity
 from .accounts import account_entries
-from .admission import Admission, Attempt, Claim, Order
+from .admission import Attempt, Claim, Order
 from .backend import SharedAttempt, Sharing
+from .parts import StoreParts
 from .scope import CallScope, call_scope
 from .selection import exhausted, gather
-from .waiting import KeyWaiters
 
 __all__ = ["Attempts", "ending_attempt"]
 
@@ -48,18 +46,10 @@ def ending_attempt() -> SharedAttempt | None:
     return _ending.get()
 
 
-class Attempts:
+class Attempts(StoreParts):
     """Mixed into `ModelCooldown`: its selection (`_choose`) and lock, plus the bookkeeping."""
 
-    _lock: threading.Lock
-    _digest: PreparedHmac
-    _admission: Admission
-    _shared: Sharing | None
-    _exhausted_total: int
-    _capacity_rejections_total: int
-    _probes_total: int
     _choose: Callable[..., list[str]]  # the store's one selection, under its lock
-    _waiters: KeyWaiters
 
     def admit(
         self,

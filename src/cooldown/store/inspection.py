@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
@@ -11,12 +10,10 @@ from ..arguments import check_cost, require_keys, require_str, resolve_now
 from ..digests import PreparedHmac, credential_message, credential_prefix
 from .accounts import account_entries
 from .admission import Admission
-from .backend import Sharing
 from .budget import DIGEST_SIZE
-from .schedule import DeadlineSchedule
+from .parts import StoreParts
 from .scope import CallScope, call_scope
 from .selection import Lookup, Reason, gather
-from .waiting import KeyWaiters
 
 __all__ = ["Inspection"]
 
@@ -28,23 +25,11 @@ _LOCAL_ONLY = {
 }
 
 
-class Inspection:
+class Inspection(StoreParts):
     """The store's read-only questions for operators; counts nothing, raises no cooldown error.
 
     Mixed into `ModelCooldown`, whose state it reads under the store's lock.
     """
-
-    _lock: threading.Lock
-    _digest: PreparedHmac
-    _deadlines: dict[bytes, float]
-    _schedule: DeadlineSchedule
-    _admission: Admission
-    _shared: Sharing | None
-    _escalated_total: int
-    _exhausted_total: int
-    _capacity_rejections_total: int
-    _probes_total: int
-    _waiters: KeyWaiters
 
     def explain(
         self,

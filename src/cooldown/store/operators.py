@@ -7,21 +7,18 @@ its shared id in Redis, where it outlives any worker); a clear removes the key's
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Mapping
 
 from ..arguments import require_str, resolve_now
 from ..digests import (
-    PreparedHmac,
     credential_message,
     credential_prefix,
     label_message,
     scope_message,
 )
-from .admission import Admission
 from .backend import Sharing
 from .budget import DIGEST_SIZE
-from .schedule import DeadlineSchedule
+from .parts import StoreParts
 
 __all__ = ["MAX_DRAINED", "KeyActions"]
 
@@ -29,13 +26,9 @@ MAX_DRAINED = 10000
 """Keys one store holds drained at most; a drain beyond it is a `ValueError`."""
 
 
-class KeyActions:
-    _lock: threading.Lock
-    _digest: PreparedHmac
-    _deadlines: dict[bytes, float]
-    _schedule: DeadlineSchedule
-    _admission: Admission
-    _shared: Sharing | None
+class KeyActions(StoreParts):
+    """Mixed into `ModelCooldown`: an operator's label, drain and clear of one key."""
+
     _drained: set[bytes]
     _fleet_marks: object  # the last OperatorMarks whose clears this store followed
     _clears_followed: dict[str, float]  # shared credential id -> the latest clear followed

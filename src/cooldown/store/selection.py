@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, TypeAlias, TypeVar
@@ -21,7 +20,7 @@ from ..errors import CooldownError, ModelCooldownCapacity, ModelCooldownExhauste
 from .accounts import account_entries, checked_labels
 from .admission import ORDERS, Admission, Admitted, Claim, Load, Order
 from .backend import Sharing, shared_releases
-from .schedule import DeadlineSchedule
+from .parts import StoreParts
 from .scope import CallScope, call_scope
 
 __all__ = [
@@ -197,21 +196,12 @@ def admissible(
     return [item[2:] for item in free], earliest
 
 
-class Selection:
+class Selection(StoreParts):
     """`available`, `eligible` and `select`, and the one body they share with `admit`: the
     free keys, or the 429 (every key cools) or the 503 (the table is full) instead.
 
     Mixed into `ModelCooldown`, whose state it reads and counts under the store's lock.
     """
-
-    _lock: threading.Lock
-    _digest: PreparedHmac
-    _deadlines: dict[bytes, float]
-    _schedule: DeadlineSchedule
-    _admission: Admission
-    _shared: Sharing | None
-    _exhausted_total: int
-    _capacity_rejections_total: int
 
     def _choose(
         self,

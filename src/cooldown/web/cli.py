@@ -13,7 +13,7 @@ import click
 from flask.cli import AppGroup
 
 from ..config import STATUS_TOKEN_ENV, settings
-from .summary import app_pools, overview
+from .summary import Pools, app_pools, overview
 
 __all__ = ["cooldown_cli"]
 
@@ -37,9 +37,20 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_NoRedirects)
 
 
-def _from_gateway(url: str, token: str, path: str, body: dict[str, Any] | None) -> Any:
-    """GET (or POST, for a model lookup) a running gateway's status JSON; never following
-    a redirect, so the token goes to the URL given and nowhere else."""
+def _shared_pools() -> Pools:
+    """The app's pools, when their state is somewhere this new process can reach."""
+    current = settings()
+    if not (current.enabled and current.redis_url):
+        raise click.ClickException(NOWHERE)
+    return app_pools()
+
+
+def _from_gateway(url: str, token: str | None, path: str, body: dict[str, Any] | None) -> Any:
+    """GET (or POST, for a model lookup or an action) a running gateway's status JSON;
+    never following a redirect, so the token goes to the URL given and nowhere else."""
+    token = token or os.environ.get(STATUS_TOKEN_ENV)
+    if not token:
+        raise click.UsageError(f"--url needs --token or {STATUS_TOKEN_ENV}")
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url.rstrip("/") + path,
@@ -81,17 +92,11 @@ def status_command(
 ) -> None:
     """Counters, or PROVIDER's keys by position: ready or cooling, why, for how long."""
     if url is not None:
-        token = token or os.environ.get(STATUS_TOKEN_ENV)
-        if not token:
-            raise click.UsageError(f"--url needs --token or {STATUS_TOKEN_ENV}")
         path = "/status" if provider is None else "/status/" + urllib.parse.quote(provider, "")
         lookup = None if provider is None else {"model": model, "quota_bucket": bucket}
         click.echo(json.dumps(_from_gateway(url, token, path, lookup), indent=2))
         return
-    current = settings()
-    if not (current.enabled and current.redis_url):
-        raise click.ClickException(NOWHERE)
-    pools = app_pools()
+    pools = _shared_pools()
     if provider is None:
         click.echo(json.dumps(overview(pools), indent=2))
         return
@@ -111,18 +116,12 @@ def _act(
     """Drain, undrain or clear one key, on a running gateway (`--url`) or in the shared
     state; echo the key's new status row."""
     if url is not None:
-        token = token or os.environ.get(STATUS_TOKEN_ENV)
-        if not token:
-            raise click.UsageError(f"--url needs --token or {STATUS_TOKEN_ENV}")
         path = "/keys/{}/{}/{}".format(
             urllib.parse.quote(provider, ""), urllib.parse.quote(label, ""), action
         )
         click.echo(json.dumps(_from_gateway(url, token, path, scope), indent=2))
         return
-    current = settings()
-    if not (current.enabled and current.redis_url):
-        raise click.ClickException(NOWHERE)
-    pools = app_pools()
+    pools = _shared_pools()
     if not pools.pooled(provider):
         raise click.BadParameter("no such provider is registered", param_hint="PROVIDER")
     try:
@@ -140,24 +139,20 @@ _TOKEN = click.option(
 )
 
 
-@cooldown_cli.command("drain")
-@click.argument("provider")
-@click.argument("label")
-@_URL
-@_TOKEN
-def drain_command(provider: str, label: str, url: str | None, token: str | None) -> None:
-    """Take the key LABEL (as `status` shows it) out of rotation for every model."""
-    _act("drain", provider, label, {}, url, token)
+def _key_command(action: str, doc: str) -> None:
+    """`flask cooldown drain` and `undrain`: one key, by its label, and nothing else."""
+
+    @cooldown_cli.command(action, help=doc)
+    @click.argument("provider")
+    @click.argument("label")
+    @_URL
+    @_TOKEN
+    def command(provider: str, label: str, url: str | None, token: str | None) -> None:
+        _act(action, provider, label, {}, url, token)
 
 
-@cooldown_cli.command("undrain")
-@click.argument("provider")
-@click.argument("label")
-@_URL
-@_TOKEN
-def undrain_command(provider: str, label: str, url: str | None, token: str | None) -> None:
-    """Put the drained key LABEL back into rotation."""
-    _act("undrain", provider, label, {}, url, token)
+_key_command("drain", "Take the key LABEL (as `status` shows it) out of rotation for every model.")
+_key_command("undrain", "Put the drained key LABEL back into rotation.")
 
 
 @cooldown_cli.command("clear")
