@@ -3,6 +3,8 @@ which stays the default object every class-level call already uses."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -249,3 +251,28 @@ def test_pools_that_are_not_a_credential_pool_are_a_type_error(pools: object) ->
         init_app(Flask("bad"), pools=pools)
     with pytest.raises(TypeError, match="pools must be a CredentialPool"):
         status_blueprint(pools=pools)
+
+
+def test_waiters_of_one_object_neither_count_nor_wake_in_another(
+    tenants: tuple[CredentialPool, CredentialPool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_MAX_WAITERS", "1")
+    first, second = tenants
+    for pool in tenants:
+        for key in KEYS:
+            pool.record(P, key, 429, model="m", retry_after_seconds=1)
+    waiting = threading.Thread(
+        target=first.dispatch, args=(P, lambda key: Answer(200)), kwargs={"model": "m", "wait": 3}
+    )
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while first.store.stats()["waits_total"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    answer = second.dispatch(P, lambda key: Answer(200), model="m", wait=3)  # not over its cap
+    waiting.join(10)
+    assert answer is not None
+    assert answer.status_code == 200
+    assert second.store.stats()["waits_refused_total"] == 0
+    assert first.store.stats()["waits_served_total"] == 1
+    assert model_cooldown.stats()["waits_total"] == 0
