@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ..config import settings
 from ..shared import share_when_configured
-from ..store import ModelCooldown
+from ..store import CallScope, ModelCooldown
 from .default import pool_method
 from .key_status import KeyStatus, PoolStatus
 from .legacy import LegacyRests
@@ -31,16 +31,17 @@ class PoolActions:
     def drain(self, provider: str, label: str) -> KeyStatus:
         """No new attempt goes to the key, for any model, until `undrain` (attempts in flight
         finish). Fleet-wide with Redis sharing, where it outlives any worker's restart."""
-        key, position = self._labelled(provider, label)
-        self.store.drain(provider, key)
-        return self._acted("drain", provider, label, position)
+        return self._act("drain", CallScope(provider), label, self.store.drain)
 
     @pool_method
     def undrain(self, provider: str, label: str) -> KeyStatus:
         """Put a drained key back into rotation."""
-        key, position = self._labelled(provider, label)
-        self.store.drain(provider, key, drained=False)
-        return self._acted("undrain", provider, label, position)
+        return self._act(
+            "undrain",
+            CallScope(provider),
+            label,
+            lambda provider, key: self.store.drain(provider, key, drained=False),
+        )
 
     @pool_method
     def clear(
@@ -54,43 +55,43 @@ class PoolActions:
         """Forget the key's throttles, auth rests, budgets and probes, for every scope (its
         provider-wide legacy rest too), or with a `model` or `quota_bucket` for that scope
         only. A rejection seen again afterwards is recorded as usual."""
-        key, position = self._labelled(provider, label)
-        self.store.clear_key(provider, key, model=model, quota_bucket=quota_bucket)
-        if model is None and quota_bucket is None:
-            self._legacy.clear(provider, key)
-        return self._acted("clear", provider, label, position, model, quota_bucket)
+
+        scope = CallScope(provider, model, quota_bucket)
+
+        def forget(provider: str, key: str) -> None:
+            self.store.clear_key(scope, key)
+            if model is None and quota_bucket is None:
+                self._legacy.clear(provider, key)
+
+        return self._act("clear", scope, label, forget)
 
     @pool_method
-    def _labelled(self, provider: str, label: str) -> tuple[str, int]:
-        """The key a label names and its 1-based position; `KeyError` naming the label."""
+    def _act(
+        self, action: str, scope: CallScope, label: str, act: Callable[[str, str], None]
+    ) -> KeyStatus:
+        """Find the key a label names (`KeyError` naming the label), `act(provider, key)`,
+        log it (the scope by kind, never by name) and answer the key's new row."""
+        provider = scope.provider
         if not isinstance(provider, str) or not isinstance(label, str):
             raise TypeError("provider and label must be str")
         current = settings()
         if current.enabled:  # a worker that has not served yet acts on the fleet too
             share_when_configured(self.store, current)
-        for position, key in enumerate(self.keys(provider), start=1):
-            if self.store.label(provider, key) == label:
-                return key, position
-        raise KeyError(f"no key labelled {label!r} in this provider")
-
-    @pool_method
-    def _acted(
-        self,
-        action: str,
-        provider: str,
-        label: str,
-        position: int,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-    ) -> KeyStatus:
-        """Log the action (its scope by kind, never by name) and answer the key's new row."""
-        scope = "one quota bucket" if quota_bucket else "one model" if model else "every scope"
+        keys = self.keys(provider)
+        position = next(
+            (at for at, key in enumerate(keys, 1) if self.store.label(provider, key) == label),
+            None,
+        )
+        if position is None:
+            raise KeyError(f"no key labelled {label!r} in this provider")
+        act(provider, keys[position - 1])
+        kind = "one quota bucket" if scope.quota_bucket else "one model" if scope.model else None
         logger.info(
             "model cooldown: operator %s of key %s (provider %s, %s)",
             action,
             label,
             provider,
-            scope,
+            kind or "every scope",
         )
-        status = self.status(provider, model=model, quota_bucket=quota_bucket)
+        status = self.status(provider, model=scope.model, quota_bucket=scope.quota_bucket)
         return status["keys"][position - 1]

@@ -19,6 +19,7 @@ from ..digests import (
 from .backend import Sharing
 from .budget import DIGEST_SIZE
 from .parts import StoreParts
+from .scope import CallScope
 
 __all__ = ["MAX_DRAINED", "KeyActions"]
 
@@ -86,21 +87,15 @@ class KeyActions(StoreParts):
                 drained.add(key)
         return drained
 
-    def clear_key(
-        self,
-        provider: str,
-        key: str,
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        now: float | None = None,
-    ) -> None:
-        """Forget the key's cooldowns, auth rests, budgets and probes; with a model or bucket,
-        only that scope's (its credential-wide rests stay). Fleet-wide with sharing."""
+    def clear_key(self, scope: CallScope, key: str) -> None:
+        """Forget the key's cooldowns, auth rests, budgets and probes; with the scope's model
+        or bucket, only that scope's (its credential-wide rests stay). Fleet-wide with
+        sharing."""
+        provider, now = scope.provider, scope.now
         message = credential_message(credential_prefix(provider), require_str(key, "key"))
-        scope = scope_message(model, quota_bucket)
+        scoped = scope_message(scope.model, scope.quota_bucket)
         credential = self._digest(message)
-        only = None if scope is None else credential + self._digest(scope)
+        only = None if scoped is None else credential + self._digest(scoped)
 
         def matches(entry: bytes) -> bool:
             return entry == only if only is not None else entry[:DIGEST_SIZE] == credential
@@ -108,7 +103,7 @@ class KeyActions(StoreParts):
         self._forget_local(matches)
         sharing = self._shared
         if sharing is not None:  # no lock across the round trip
-            shared_scope = None if scope is None else sharing.digest(scope).hex()
+            shared_scope = None if scoped is None else sharing.digest(scoped).hex()
             sharing.backend.forget_credential(
                 sharing.digest(message).hex(), shared_scope, resolve_now(now)
             )
