@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import TypeAlias, TypedDict
 from urllib.parse import unquote
 
 from ..arguments import wall_clock
-from ..config import settings, warn_once
+from ..config import app_setting, settings, warn_once
 from .headers import Headers, header_value, lowered_headers
 from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
 from .ratelimit import lone_reset, millisecond_advice, spent_window_reset
@@ -27,14 +27,6 @@ __all__ = [
 QUOTA_BUCKETS_CONFIG = "MODEL_COOLDOWN_QUOTA_BUCKETS"
 
 QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
-
-_app_setting: list[Callable[[str], object]] = [lambda name: None]
-"""How a setting of the current app is read; `cooldown.web` installs Flask's (`app.config`
-inside an app context), so nothing below the web layer imports a framework."""
-
-
-def read_app_settings_with(reader: Callable[[str], object]) -> None:
-    _app_setting[0] = reader
 
 
 def checked_quota_buckets(value: object) -> QuotaBuckets | None:
@@ -156,7 +148,7 @@ def selection_scope(
     (malformed there: none, with one warning).
     """
     if quota_buckets is None:
-        quota_buckets = checked_quota_buckets(_app_setting[0](QUOTA_BUCKETS_CONFIG))
+        quota_buckets = checked_quota_buckets(app_setting(QUOTA_BUCKETS_CONFIG))
     elif not isinstance(quota_buckets, Mapping):
         raise TypeError("quota_buckets must be a mapping of provider to bucket or {model: bucket}")
     if not settings(environ).enabled:

@@ -12,11 +12,12 @@ from ..config import (
     ENABLED_ENV,
     apply_app_config,
     enabled_unset,
+    read_app_settings_with,
     settings,
     warn_once,
 )
 from ..errors import APIError, ModelCooldownCapacity, ModelCooldownExhausted
-from ..evidence.advice import QUOTA_BUCKETS_CONFIG, checked_quota_buckets, read_app_settings_with
+from ..evidence.advice import QUOTA_BUCKETS_CONFIG, checked_quota_buckets
 from ..pools.accounts import apply_app_accounts
 from .cli import cooldown_cli
 from .errors import (
