@@ -385,6 +385,21 @@ def redis_servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         server.stop()
 
 
+def fleet_environment(redis_url: str, prefix: str, token: str) -> dict[str, str]:
+    """This process's environment without its MODEL_COOLDOWN_* settings, plus a fleet's:
+    the feature on, the status token, and Redis sharing under the test's prefix."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
+    environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    environment.update(
+        MODEL_COOLDOWN_ENABLED="true",
+        MODEL_COOLDOWN_STATUS_TOKEN=token,
+        MODEL_COOLDOWN_REDIS_URL=redis_url,
+        MODEL_COOLDOWN_REDIS_SECRET="fleet-secret-" + "f" * 32,
+        MODEL_COOLDOWN_REDIS_PREFIX=prefix,
+    )
+    return environment
+
+
 @contextlib.contextmanager
 def gunicorn_app(
     directory: Path, module: str, environment: dict[str, str], *, workers: int

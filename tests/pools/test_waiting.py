@@ -35,6 +35,33 @@ class Answer:
         self.status_code, self.headers = status, headers or {}
 
 
+class Probe:
+    """A `send` that holds its key's probe until released, and a waiter's `send`; when the
+    one was released and the other sent."""
+
+    def __init__(self, *, answered: bool = True) -> None:
+        self.probing, self.release = threading.Event(), threading.Event()
+        self.answered = answered
+        self.released_at: list[float] = []
+        self.sent_at: list[float] = []
+
+    def __call__(self, key: str) -> Answer:
+        self.probing.set()
+        assert self.release.wait(BOUND)
+        self.released_at.append(time.monotonic())
+        if not self.answered:  # a refused connection: nothing is recorded, the attempt ends
+            raise ConnectionRefusedError
+        return Answer(200)
+
+    def waiter_send(self, key: str) -> Answer:
+        self.sent_at.append(time.monotonic())
+        return Answer(200)
+
+    def woken_after_release(self) -> float:
+        assert self.sent_at, "the waiter was never served"
+        return self.sent_at[0] - self.released_at[0]
+
+
 @pytest.fixture(autouse=True)
 def pool(enabled: None) -> Iterator[None]:
     CredentialPool.register(P, keys=KEYS)
@@ -79,16 +106,7 @@ def test_a_waiter_is_served_when_an_attempt_in_flight_releases_its_probe(answere
     CredentialPool.register(P, keys=KEYS[:1])
     ended = time.monotonic() - 1.5  # a one-second cooldown that has just ended
     CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=1, now=ended)
-    probing, release = threading.Event(), threading.Event()
-    released_at: list[float] = []
-
-    def probe(key: str) -> Answer:
-        probing.set()
-        assert release.wait(BOUND)
-        released_at.append(time.monotonic())
-        if not answered:  # a refused connection: nothing is recorded, the attempt just ends
-            raise ConnectionRefusedError
-        return Answer(200)
+    probe = Probe(answered=answered)
 
     def dispatch_probe() -> None:
         with contextlib.suppress(ConnectionRefusedError):
@@ -96,26 +114,21 @@ def test_a_waiter_is_served_when_an_attempt_in_flight_releases_its_probe(answere
 
     prober = threading.Thread(target=dispatch_probe)
     prober.start()
-    assert probing.wait(BOUND)
-    sent_at: list[float] = []
-
-    def waiter_send(key: str) -> Answer:
-        sent_at.append(time.monotonic())
-        return Answer(200)
-
+    assert probe.probing.wait(BOUND)
     waiter = threading.Thread(
-        target=CredentialPool.dispatch, args=(P, waiter_send), kwargs={"model": "m", "wait": 5}
+        target=CredentialPool.dispatch,
+        args=(P, probe.waiter_send),
+        kwargs={"model": "m", "wait": 5},
     )
     waiter.start()
     deadline = time.monotonic() + BOUND
     while model_cooldown._waiters.waiting == 0:
         assert time.monotonic() < deadline
         time.sleep(0.005)
-    release.set()
+    probe.release.set()
     prober.join(BOUND)
     waiter.join(BOUND)
-    assert sent_at, "the waiter was never served"
-    assert sent_at[0] - released_at[0] < 0.5  # woken by the release, not the probe's 1 s
+    assert probe.woken_after_release() < 0.5  # woken by the release, not the probe's 1 s
 
 
 def test_the_deadline_is_kept_with_the_then_remaining_retry_after() -> None:
@@ -261,33 +274,18 @@ def test_a_waiter_in_one_process_is_served_after_a_release_in_another(
             pool.register(P, keys=KEYS[:1])
         ended = time.monotonic() - 1.5  # a shared cooldown that has just ended
         second.record(P, KEYS[0], 429, model="m", retry_after_seconds=1, now=ended)
-        probing, release = threading.Event(), threading.Event()
-
-        released_at: list[float] = []
-
-        def probe(key: str) -> Answer:
-            probing.set()
-            assert release.wait(BOUND)
-            released_at.append(time.monotonic())
-            return Answer(200)
-
-        def waiter_send(key: str) -> Answer:
-            sent_at.append(time.monotonic())
-            return Answer(200)
-
-        sent_at: list[float] = []
-
+        probe = Probe()
         prober = threading.Thread(target=second.dispatch, args=(P, probe), kwargs={"model": "m"})
         prober.start()
-        assert probing.wait(BOUND)
+        assert probe.probing.wait(BOUND)
         with pytest.raises(ModelCooldownExhausted):
             first.dispatch(P, lambda key: Answer(200), model="m")  # the probe holds the key
-        threading.Timer(0.2, release.set).start()
-        answer = first.dispatch(P, waiter_send, model="m", wait=5)
+        threading.Timer(0.2, probe.release.set).start()
+        answer = first.dispatch(P, probe.waiter_send, model="m", wait=5)
         prober.join(BOUND)
         assert answer is not None
         assert answer.status_code == 200
-        assert sent_at[0] - released_at[0] < 0.6  # seen at a re-check, not the probe's 1 s
+        assert probe.woken_after_release() < 0.6  # seen at a re-check, not the probe's 1 s
         assert stores[0].stats()["waits_served_total"] == 1
     finally:
         for store in stores:

@@ -4,7 +4,6 @@ and every worker's `/status` and `/metrics` report the same fleet totals."""
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import time
 import urllib.error
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import gunicorn_app
+from ..conftest import fleet_environment, gunicorn_app
 
 TOKEN = "fleet-token-" + "x" * 24
 WORKERS = 4
@@ -51,15 +50,7 @@ def fleet(
     request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, prefix: str
 ) -> Iterator[str]:
     (tmp_path / "fleet_app.py").write_text(APP)
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
-    environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    environment.update(
-        MODEL_COOLDOWN_ENABLED="true",
-        MODEL_COOLDOWN_STATUS_TOKEN=TOKEN,
-        MODEL_COOLDOWN_REDIS_URL=redis_url,
-        MODEL_COOLDOWN_REDIS_SECRET="fleet-secret-" + "f" * 32,
-        MODEL_COOLDOWN_REDIS_PREFIX=prefix,
-    )
+    environment = fleet_environment(redis_url, prefix, TOKEN)
     if request.param:
         (tmp_path / "metrics").mkdir()
         environment["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")

@@ -4,7 +4,6 @@ worker, and in the workers of a fleet started after it, until it is undrained.""
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import time
 import urllib.request
@@ -12,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..conftest import gunicorn_app
+from ..conftest import fleet_environment, gunicorn_app
 
 TOKEN = "drain-fleet-token-" + "x" * 24
 WORKERS = 4
@@ -75,15 +74,7 @@ def test_a_drain_holds_in_every_worker_and_after_a_restart(
     tmp_path: Path, redis_url: str, prefix: str
 ) -> None:
     (tmp_path / "drain_app.py").write_text(APP)
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_COOLDOWN")}
-    environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    environment.update(
-        MODEL_COOLDOWN_ENABLED="true",
-        MODEL_COOLDOWN_STATUS_TOKEN=TOKEN,
-        MODEL_COOLDOWN_REDIS_URL=redis_url,
-        MODEL_COOLDOWN_REDIS_SECRET="drain-fleet-secret-" + "f" * 32,
-        MODEL_COOLDOWN_REDIS_PREFIX=prefix,
-    )
+    environment = fleet_environment(redis_url, prefix, TOKEN)
     with gunicorn_app(tmp_path, "drain_app", environment, workers=WORKERS) as url:
         assert set().union(*positions_by_worker(url).values()) == {1}  # configured order
         label = call(url, "/cooldown/status/fleet")["keys"][0]["label"]
