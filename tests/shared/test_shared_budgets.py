@@ -198,3 +198,25 @@ def test_a_token_reset_of_31_years_holds_no_longer_than_the_maximum_in_the_fleet
     assert raised.value.retry_after <= 3600
     assert dispatch(Served("500", "1s"), 1000.0 + 3601).status_code == 200  # type: ignore[attr-defined]
     assert model_cooldown.stats()["shared_errors_total"] == 0
+
+
+def test_an_older_answer_arriving_last_in_another_process_replaces_no_budget(
+    process: Process,
+) -> None:
+    first, second, third = process(), process(), process()
+    key = KEYS[2]  # in no account
+    early = first.admit(P, [key], model=MODEL, now=T)  # sent first, answered last
+    late = second.admit(P, [key], model=MODEL, now=T + 1)
+
+    def answered(store: ModelCooldown, admitted: Any, remaining: int, now: float) -> None:
+        attempt = admitted[1]
+        with store.ending(attempt):
+            store.record_budget(
+                P, key, model=MODEL, remaining=remaining, reset_seconds=60, now=now, attempt=attempt
+            )
+        store.finish(attempt, served=True)
+
+    answered(second, late, 0, T + 2)  # the newer answer: the window is spent
+    answered(first, early, 5, T + 3)  # stale: the provider decided it before the newer one
+    with pytest.raises(ModelCooldownExhausted):  # the fleet's admission holds the spent window
+        third.admit(P, [key], model=MODEL, now=T + 4)

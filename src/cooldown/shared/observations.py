@@ -204,6 +204,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
             learned,
             attempt.owner,
             *self._announced(attempt.tokens),
+            "" if attempt.stamp is None else self._to_wall_ms(attempt.stamp),
             *itertools.chain.from_iterable(siblings),
         ]
         if self._call(now, "end", self._keys, args) is None:  # released before the next start

@@ -324,14 +324,21 @@ END = (
 local cap, member, entry, credential, owner = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[16]
 if ARGV[9] == 'record' then record(ARGV[10], ARGV[11], cap)
 elseif ARGV[9] == 'clear' then clear(ARGV[10], ARGV[11]) end
-for i = 20, #ARGV, 2 do record(ARGV[i], ARGV[i + 1], cap) end
+for i = 21, #ARGV, 2 do record(ARGV[i], ARGV[i + 1], cap) end
+-- ARGV[20]: when the answer's request started (wall ms). A budget kept from a later request
+-- is not replaced by an earlier one's answer arriving last; refill runs from the stamp.
+local stamp = tonumber(ARGV[20])
 local function keep(budget, remaining, reset, limit)
   if remaining == '' then return end
+  local refill = redis.call('HGET', KEYS[13], budget) or ''
+  local kept = tonumber(string.match(refill, '^[^,]*,([^,]*),'))
+  local live = trusted(KEYS[8], budget)
+  if stamp and kept and live and live > now and kept > stamp then return end
   local largest = math.max(tonumber(limit) or 0, tonumber(remaining))
-  local known = string.match(redis.call('HGET', KEYS[13], budget) or '', ',([^,]*)$')
+  local known = string.match(refill, ',([^,]*)$')
   if string.sub(budget, 1, 1) == 't' then largest = math.max(largest, tonumber(known) or 0) end
   redis.call('HSET', KEYS[7], budget, remaining)
-  redis.call('HSET', KEYS[13], budget, limit .. ',' .. ARGV[1] .. ',' .. largest)
+  redis.call('HSET', KEYS[13], budget, limit .. ',' .. (stamp or ARGV[1]) .. ',' .. largest)
   mark(KEYS[8], budget, reset, KEYS[7], KEYS[13])
 end
 keep(owner, ARGV[12], ARGV[13], ARGV[14])

@@ -292,13 +292,14 @@ class Attempts(StoreParts):
                 stamp,
                 None if attempt is None else attempt.token,
             )
-        announced = (remaining, current_time + reset, limit)
+        announced = (remaining, stamp + reset, limit)
         ending = _ending.get()
-        if ending is not None:  # shared with the attempt's end
+        if ending is not None:  # shared with the attempt's end, as of the same stamp
             if kind == "requests":
                 ending.budget = announced
             else:
                 ending.tokens = announced
+            ending.stamp = stamp if ending.stamp is None else min(ending.stamp, stamp)
             ending.now = max(ending.now, current_time)
 
     def _budget_entry(self, scope: CallScope, credential: str) -> tuple[bytes, float] | None:
