@@ -220,3 +220,21 @@ def test_an_older_answer_arriving_last_in_another_process_replaces_no_budget(
     answered(first, early, 5, T + 3)  # stale: the provider decided it before the newer one
     with pytest.raises(ModelCooldownExhausted):  # the fleet's admission holds the spent window
         third.admit(P, [key], model=MODEL, now=T + 4)
+
+
+def test_a_request_served_since_the_budget_stays_spent_in_every_process(
+    process: Process,
+) -> None:
+    first, second, third = process(), process(), process()
+    key = KEYS[2]
+    announcing = first.admit(P, [key], model=MODEL, now=T)
+    with first.ending(announcing[1]):
+        first.record_budget(
+            P, key, model=MODEL, remaining=1, reset_seconds=60, now=T + 1, attempt=announcing[1]
+        )
+    first.finish(announcing[1], served=True)
+    spending = second.admit(P, [key], model=MODEL, now=T + 2)  # the window's last request
+    assert spending is not None
+    second.finish(spending[1], served=True)  # served, its answer announcing nothing
+    with pytest.raises(ModelCooldownExhausted):  # released, but still spent
+        third.admit(P, [key], model=MODEL, now=T + 3)

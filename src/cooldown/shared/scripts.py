@@ -328,20 +328,35 @@ for i = 21, #ARGV, 2 do record(ARGV[i], ARGV[i + 1], cap) end
 -- ARGV[20]: when the answer's request started (wall ms). A budget kept from a later request
 -- is not replaced by an earlier one's answer arriving last; refill runs from the stamp.
 local stamp = tonumber(ARGV[20])
-local function keep(budget, remaining, reset, limit)
-  if remaining == '' then return end
+local function kept_stamp(budget)
   local refill = redis.call('HGET', KEYS[13], budget) or ''
-  local kept = tonumber(string.match(refill, '^[^,]*,([^,]*),'))
   local live = trusted(KEYS[8], budget)
-  if stamp and kept and live and live > now and kept > stamp then return end
+  if not (live and live > now) then return nil, refill end
+  return tonumber(string.match(refill, '^[^,]*,([^,]*),')), refill
+end
+local function keep(budget, remaining, reset, limit)
+  if remaining == '' then return false end
+  local kept, refill = kept_stamp(budget)
+  if stamp and kept and kept > stamp then return false end
   local largest = math.max(tonumber(limit) or 0, tonumber(remaining))
   local known = string.match(refill, ',([^,]*)$')
   if string.sub(budget, 1, 1) == 't' then largest = math.max(largest, tonumber(known) or 0) end
   redis.call('HSET', KEYS[7], budget, remaining)
   redis.call('HSET', KEYS[13], budget, limit .. ',' .. (stamp or ARGV[1]) .. ',' .. largest)
   mark(KEYS[8], budget, reset, KEYS[7], KEYS[13])
+  return true
 end
-keep(owner, ARGV[12], ARGV[13], ARGV[14])
+-- A served attempt started since the kept budget's stamp, whose answer did not replace it,
+-- spent one of its requests: it stays spent when the attempt is released.
+local function spend(budget)
+  local kept = kept_stamp(budget)
+  local remaining = tonumber(redis.call('HGET', KEYS[7], budget))
+  if stamp and kept and remaining and stamp >= kept and remaining > 0 then
+    redis.call('HSET', KEYS[7], budget, remaining - 1)
+  end
+end
+local wrote = keep(owner, ARGV[12], ARGV[13], ARGV[14])
+if not wrote and ARGV[8] == '1' then spend(owner) end
 keep('t' .. owner, ARGV[17], ARGV[18], ARGV[19])
 if ARGV[15] ~= '' then
   redis.call('HSET', KEYS[11], entry, ARGV[15])

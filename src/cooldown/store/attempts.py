@@ -152,7 +152,14 @@ class Attempts(StoreParts):
             key, credential, entry, account = claim.candidates[answer.position]
             _, entry_id, owner = ids[answer.position]
             shared = SharedAttempt(
-                answer.lease, entry_id, owner, claim.cost, ceiling, now, learned=answer.learned
+                answer.lease,
+                entry_id,
+                owner,
+                claim.cost,
+                ceiling,
+                now,
+                learned=answer.learned,
+                stamp=now,  # the request starts now
             )
             with self._lock:
                 attempt = self._admission.start(

@@ -56,7 +56,7 @@ class SharedAttempt:
     budget: Announced | None = None  # requests
     learned: LearnedWindow | None = None  # the estimate after its answer, for the fleet
     tokens: Announced | None = None
-    stamp: float | None = None  # when the request whose answer announced the budgets started
+    stamp: float | None = None  # when its request started (its budgets are as of then)
     siblings: list[tuple[str, float]] = field(default_factory=list)  # (id, deadline)
 
     @property
