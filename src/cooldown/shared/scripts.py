@@ -9,6 +9,8 @@ sees it. ARGV[1..3] is always now, limit, truncate.
 
 from __future__ import annotations
 
+from .budget_scripts import KEEP_BUDGETS, READ_BUDGETS
+
 __all__ = [
     "CLEAR",
     "END",
@@ -188,35 +190,6 @@ return result
 """
 )
 
-# A budget: remaining at `announced`, until `reset`; with the limit, it refills
-# linearly towards it until the reset. Returns the level now, the reset, `when(need)`: when
-# `need` units are there, and the largest ever announced; nil when there is no live budget.
-# A number that is not finite (tampered, or another program's) counts as absent.
-_BUDGETS = """
-local function finite(value)
-  value = tonumber(value)
-  if value and value == value and value > -math.huge and value < math.huge then return value end
-  return nil
-end
-local function budget(member)
-  local remaining = finite(redis.call('HGET', KEYS[7], member))
-  local reset = trusted(KEYS[8], member)
-  if not (remaining and reset and reset > now and remaining >= 0) then return nil end
-  local refill = redis.call('HGET', KEYS[13], member) or ''
-  local limit, announced, largest = string.match(refill, '^([^,]*),([^,]*),([^,]*)$')
-  limit, announced, largest = finite(limit), finite(announced), finite(largest)
-  local level, when = remaining, function(need) return reset end
-  if limit and announced and limit > remaining and reset > announced then
-    local span = reset - announced
-    level = remaining + (limit - remaining) * math.min(1, math.max(0, now - announced) / span)
-    when = function(need)
-      return math.min(reset, announced + (need - remaining) * span / (limit - remaining))
-    end
-  end
-  return level, reset, when, largest or remaining
-end
-"""
-
 # ARGV[4..7]: the lease deadline, this attempt's token, '1' for spread order, its cost in
 # tokens ('' unknown); then triples (credential id, entry id, owner id: the entry's or its
 # account's budget), the candidates in the caller's order. Admits the first free one (or,
@@ -231,7 +204,7 @@ START = (
     _COMMON
     + _PRUNE_DEADLINES
     + _PRUNE
-    + _BUDGETS
+    + READ_BUDGETS
     + """
 local function lighter(a, b)
   for i = 1, 5 do if a[i] ~= b[i] then return a[i] < b[i] end end
@@ -325,39 +298,9 @@ local cap, member, entry, credential, owner = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 if ARGV[9] == 'record' then record(ARGV[10], ARGV[11], cap)
 elseif ARGV[9] == 'clear' then clear(ARGV[10], ARGV[11]) end
 for i = 21, #ARGV, 2 do record(ARGV[i], ARGV[i + 1], cap) end
--- ARGV[20]: when the answer's request started (wall ms). A budget kept from a later request
--- is not replaced by an earlier one's answer arriving last; refill runs from the stamp.
-local stamp = tonumber(ARGV[20])
-local function kept_stamp(budget)
-  local refill = redis.call('HGET', KEYS[13], budget) or ''
-  local live = trusted(KEYS[8], budget)
-  if not (live and live > now) then return nil, refill end
-  return tonumber(string.match(refill, '^[^,]*,([^,]*),')), refill
-end
-local function keep(budget, remaining, reset, limit)
-  if remaining == '' then return false end
-  local kept, refill = kept_stamp(budget)
-  if stamp and kept and kept > stamp then return false end
-  local largest = math.max(tonumber(limit) or 0, tonumber(remaining))
-  local known = string.match(refill, ',([^,]*)$')
-  if string.sub(budget, 1, 1) == 't' then largest = math.max(largest, tonumber(known) or 0) end
-  redis.call('HSET', KEYS[7], budget, remaining)
-  redis.call('HSET', KEYS[13], budget, limit .. ',' .. (stamp or ARGV[1]) .. ',' .. largest)
-  mark(KEYS[8], budget, reset, KEYS[7], KEYS[13])
-  return true
-end
--- A served attempt started since the kept budget's stamp, whose answer did not replace it,
--- spent one of its requests: it stays spent when the attempt is released.
-local function spend(budget)
-  local kept = kept_stamp(budget)
-  local remaining = tonumber(redis.call('HGET', KEYS[7], budget))
-  if stamp and kept and remaining and stamp >= kept and remaining > 0 then
-    redis.call('HSET', KEYS[7], budget, remaining - 1)
-  end
-end
-local wrote = keep(owner, ARGV[12], ARGV[13], ARGV[14])
-if not wrote and ARGV[8] == '1' then spend(owner) end
-keep('t' .. owner, ARGV[17], ARGV[18], ARGV[19])
+"""
+    + KEEP_BUDGETS
+    + """
 if ARGV[15] ~= '' then
   redis.call('HSET', KEYS[11], entry, ARGV[15])
   mark(KEYS[12], entry, now, KEYS[11])
