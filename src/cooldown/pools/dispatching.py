@@ -136,8 +136,9 @@ def steps_for(
             retried=lambda: warn_sdk_retries(provider),
             read=evidence_reader(provider, advice),
         )
-    dispatch = _ScopedDispatch(pool, provider, scope, affinity, order, now, current, checked_cost)
-    dispatch.wait_until = time.monotonic() + wait
+    dispatch = _ScopedDispatch(
+        pool, provider, scope, affinity, order, now, current, checked_cost, wait
+    )
     return rotation(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
@@ -164,8 +165,10 @@ class _ScopedDispatch:
         now: float | None,
         current: CooldownSettings,
         cost: int | None,
+        wait: float,
     ) -> None:
         self.pool, self.current = pool, current
+        self.wait_until = time.monotonic() + wait  # monotonic: until when it may wait for a key
         self.store, self.learner = pool.store, pool._learner
         self.affinity = check_affinity(affinity)
         self.scope = CallScope(  # its accounts are read with the keys, at each admission
@@ -177,8 +180,6 @@ class _ScopedDispatch:
             order="configured" if self.affinity is not None else order,
             cost=cost,
         )
-
-    wait_until = 0.0  # monotonic: until when this dispatch may wait for a key
 
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
         """The next key, counted in flight; when none is free, wait for the earliest within

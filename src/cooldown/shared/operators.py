@@ -8,6 +8,7 @@ from typing import Any
 
 from ..forksafe import new_lock
 from ..store.backend import OperatorMarks
+from .scripts import KEY_NAMES
 
 __all__ = ["CLEARS_KEPT_SECONDS", "DRAINED_KEY", "DRAINS_READ_SECONDS", "SharedKeyActions"]
 
@@ -34,20 +35,21 @@ class SharedKeyActions:
 
     def _start_key_actions(self, prefix: str) -> None:
         self._drained_key = f"{{{prefix}}}:{DRAINED_KEY}"
+        self._cleared_key = self._keys[KEY_NAMES.index("cleared")]
         self._drains_read: tuple[float, OperatorMarks | None] = (-math.inf, None)
         self._drains_lock = new_lock(self, "_drains_lock")
 
     def drain(self, credential: str, now: float, *, drained: bool) -> bool | None:
         """Add the id to the fleet's drains (or remove it); `None` when Redis did not answer."""
         client_call = "sadd" if drained else "srem"
-        done = self._call_with(
+        done: bool | None = self._call_with(
             now,
             lambda: getattr(self._connected(), client_call)(self._drained_key, credential),
             lambda answer: True,
         )
         with self._drains_lock:
             self._drains_read = (-math.inf, None)  # the next read sees this at once
-        return None if done is None else True
+        return done
 
     def operator_marks(self, now: float) -> OperatorMarks | None:
         """The fleet's drained ids and its recent clears (id -> when, monotonic), read at
@@ -59,7 +61,7 @@ class SharedKeyActions:
 
         def fetch() -> Any:
             client = self._connected()
-            return client.smembers(self._drained_key), client.hgetall(self._keys[14])
+            return client.smembers(self._drained_key), client.hgetall(self._cleared_key)
 
         def read(answer: Any) -> OperatorMarks:
             drained, cleared = answer

@@ -12,7 +12,7 @@ from typing import TypeVar
 from ..errors import ModelCooldownExhausted
 from ..forksafe import new_condition
 
-__all__ = ["SHARED_RECHECK_SECONDS", "WAIT_BUCKETS", "KeyWaiters"]
+__all__ = ["SHARED_RECHECK_SECONDS", "WAIT_BUCKETS", "WAIT_COUNTERS", "KeyWaiters"]
 
 SHARED_RECHECK_SECONDS = 0.25
 """With sharing, a waiter re-checks at least this often: another process's release is not
@@ -20,6 +20,14 @@ heard here."""
 
 WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """The upper bounds (seconds) of the histogram of seconds waited."""
+
+WAIT_COUNTERS = (
+    "waits_total",
+    "waits_served_total",
+    "waits_timed_out_total",
+    "waits_refused_total",
+)
+"""Waits started, served, timed out, and refused over the cap: `stats()` shows each."""
 
 _T = TypeVar("_T")
 
@@ -33,14 +41,13 @@ class KeyWaiters:
         self._queues: dict[tuple[str, bytes | None], deque[object]] = {}
         self._per_provider: dict[str, int] = {}
         self.waiting = 0  # read without the lock on every release: a stale read only delays
-        self.counts = {"waits_total": 0, "waits_served_total": 0, "waits_timed_out_total": 0}
-        self.counts["waits_refused_total"] = 0
+        self.counts = dict.fromkeys(WAIT_COUNTERS, 0)
         self._buckets = [0] * (len(WAIT_BUCKETS) + 1)
         self._seconds_total = 0.0
 
     def reset_counts(self) -> None:
         with self._changed:
-            self.counts = dict.fromkeys(self.counts, 0)
+            self.counts = dict.fromkeys(WAIT_COUNTERS, 0)
             self._buckets = [0] * len(self._buckets)
             self._seconds_total = 0.0
 
