@@ -74,6 +74,19 @@ def cool_every_key(seconds: float) -> None:
         CredentialPool.record(P, key, 429, model="m", retry_after_seconds=seconds)
 
 
+def waiting_in_a_thread(send: Callable[[str], Answer], *, wait: float) -> threading.Thread:
+    """A dispatch with `wait` in a thread of its own, returned once it waits for a key."""
+    thread = threading.Thread(
+        target=CredentialPool.dispatch, args=(P, send), kwargs={"model": "m", "wait": wait}
+    )
+    thread.start()
+    deadline = time.monotonic() + BOUND
+    while model_cooldown._waiters.waiting == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    return thread
+
+
 def counts() -> dict[str, object]:
     stats = model_cooldown.stats()
     return {name: stats[name] for name in stats if name.startswith("waits")}
@@ -115,16 +128,7 @@ def test_a_waiter_is_served_when_an_attempt_in_flight_releases_its_probe(answere
     prober = threading.Thread(target=dispatch_probe)
     prober.start()
     assert probe.probing.wait(BOUND)
-    waiter = threading.Thread(
-        target=CredentialPool.dispatch,
-        args=(P, probe.waiter_send),
-        kwargs={"model": "m", "wait": 5},
-    )
-    waiter.start()
-    deadline = time.monotonic() + BOUND
-    while model_cooldown._waiters.waiting == 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    waiter = waiting_in_a_thread(probe.waiter_send, wait=5)
     probe.release.set()
     prober.join(BOUND)
     waiter.join(BOUND)
@@ -157,16 +161,7 @@ def test_no_wait_when_the_earliest_key_frees_beyond_it() -> None:
 def test_beyond_the_waiter_cap_the_429_comes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_MAX_WAITERS", "1")
     cool_every_key(1)
-    first = threading.Thread(
-        target=CredentialPool.dispatch,
-        args=(P, lambda key: Answer(200)),
-        kwargs={"model": "m", "wait": 3},
-    )
-    first.start()
-    deadline = time.monotonic() + BOUND
-    while model_cooldown._waiters.waiting == 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    first = waiting_in_a_thread(lambda key: Answer(200), wait=3)
     with pytest.raises(ModelCooldownExhausted):
         CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=3)
     first.join(BOUND)

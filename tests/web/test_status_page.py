@@ -205,13 +205,18 @@ TABLE = """
 """
 
 
-def test_the_page_shows_each_key_and_why(gateway: str, browser: DevTools, tmp_path: Path) -> None:
+def look_up_gpt_4o(browser: DevTools, gateway: str) -> None:
+    """Open the page, type the token, the provider and gpt-4o, and press Look up."""
     browser.call("Page.enable")
     browser.call("Page.navigate", url=gateway)
     wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
     for field, text in (("token", TOKEN), ("provider", P), ("model", "gpt-4o")):
         browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
     browser.evaluate("document.querySelector('button[type=submit]').click()")
+
+
+def test_the_page_shows_each_key_and_why(gateway: str, browser: DevTools, tmp_path: Path) -> None:
+    look_up_gpt_4o(browser, gateway)
     rows = wait_for(
         browser, f"(() => {{ const r = {TABLE}; return r.length === 3 ? r : null; }})()"
     )
@@ -345,12 +350,7 @@ ACTIONS = """
 def test_the_drain_button_takes_a_key_out_and_undrain_puts_it_back(
     gateway: str, browser: DevTools, tmp_path: Path
 ) -> None:
-    browser.call("Page.enable")
-    browser.call("Page.navigate", url=gateway)
-    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
-    for field, text in (("token", TOKEN), ("provider", P), ("model", "gpt-4o")):
-        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
-    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    look_up_gpt_4o(browser, gateway)
     rows = wait_for(browser, ACTIONS)
     assert [row["buttons"] for row in rows] == [["Drain", "Undrain-", "Clear"]] * 3
     label = rows[0]["label"]
@@ -377,11 +377,7 @@ def test_the_drain_button_takes_a_key_out_and_undrain_puts_it_back(
 def test_the_clear_button_forgets_the_cooldown_of_the_model_looked_up(
     gateway: str, browser: DevTools
 ) -> None:
-    browser.call("Page.navigate", url=gateway)
-    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
-    for field, text in (("token", TOKEN), ("provider", P), ("model", "gpt-4o")):
-        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
-    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    look_up_gpt_4o(browser, gateway)
     rows = wait_for(browser, ACTIONS)
     assert rows[1]["state"] == "cooling"  # key 2: throttled for gpt-4o
     browser.evaluate(CLICK.format(rows[1]["label"], 3))
