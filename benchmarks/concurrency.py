@@ -7,7 +7,9 @@ requests are in flight) sharing state through Redis (`MODEL_COOLDOWN_TEST_REDIS_
 the same workers each with its own state, for comparison.
 A loopback upstream gives each (key, model) `--quota` requests per fixed `--window`; it
 answers after `--latency` seconds and, by mode, advertises OpenAI-style rate-limit headers
-(`headers`), only `Retry-After` on its 429s (`retry-after`), or nothing at all (`silent`).
+with the limit, as a fixed window that announces it (`headers`; the library reads a limit
+as continuous refill until one early 429 teaches it the window), only `Retry-After` on its
+429s (`retry-after`), or nothing at all (`silent`).
 4 keys x 3 models; clients offer 0.7x and 1.5x of the upstream's capacity, open loop, from
 32 threads. Strategies: naive round-robin with no cooldown, fill-first (`order="configured"`,
 wave 2's `dispatch`) and the wave-3 default (`order="spread"`: in flight, one probe after a
@@ -89,7 +91,8 @@ class Upstream:
         return counts
 
     def _limits(self, remaining: int, reset: float) -> dict[str, str]:
-        return {  # a fixed window: no limit header, which would mean continuous refill
+        return {  # a fixed window that announces its limit, as many providers do
+            "x-ratelimit-limit-requests": str(self.quota),
             "x-ratelimit-remaining-requests": str(remaining),
             "x-ratelimit-reset-requests": f"{reset:.3f}s",
         }

@@ -22,17 +22,26 @@ each run's own, deleted afterwards), the provider a loopback HTTP server, 32 cli
 `--bursty`: arrivals doubled for 5 s in every 30 (run it below capacity, `--load 0.8`);
 `--waits`: each run again for each `MODEL_COOLDOWN_WAIT_SECONDS` given (`dispatch`'s wait
 for the earliest free key instead of the 429 at once).
+`openai-window`, `anthropic-window`: the same headers, limits announced, from fixed windows
+that refill all at once at the end of each minute (full when the run starts), as many
+providers count; the library reads limits as refilling continuously until one early 429
+teaches it otherwise. Half-way through, one more key runs out of credit: it answers 429 with
+OpenAI's `insufficient_quota` error, which the library's strategies read with an `advice=`
+reader returning `QuotaSpent()`.
 Prints per run: served, provider 429s per account-model-minute (all, and those to requests
-sent after their account-model's first 429: the buckets start empty, and what is sent before
-the first answer comes back cannot be foreseen), 429s that met a sibling of a key throttled
-before the request was sent and within its advice (with how long after that 429 the latest
-of them was sent), 429s that met a token budget too small for the request, and the added
-latency (p50/p99 of served requests, over the upstream's own latency).
+that arrived after their account-model's first answer came back: the buckets start empty,
+and what is sent before any answer cannot be foreseen), in the window modes the 429s per
+account-model window after the first window, the requests sent to the out-of-quota key
+after the answer that said so, 429s that met a sibling of a key throttled before the
+request was sent and within its advice (with how long after that 429 the latest of them was
+sent), 429s that met a token budget too small for the request, and the added latency
+(p50/p99 of served requests, over the upstream's own latency).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -47,7 +56,7 @@ import requests
 from flask import Flask, Response, request
 from fleet import THREADS, WORKERS, gunicorn_gateway, open_loop, p50_p99_ms, serve_upstream
 
-from cooldown import CredentialPool, ModelCooldownExhausted, model_cooldown
+from cooldown import CredentialPool, ModelCooldownExhausted, QuotaSpent, model_cooldown
 from cooldown.evidence.learn import window_learner
 
 PROVIDER = "bench-providers"
@@ -56,6 +65,10 @@ ACCOUNTS = {"tier-1": (60, 40_000), "tier-2": (120, 80_000), "tier-3": (240, 160
 KEYS = [f"sk-bench-{account}-{n}" for account in ACCOUNTS for n in (1, 2)]
 ACCOUNT_OF = {key: key.split("-")[2] + "-" + key.split("-")[3] for key in KEYS}
 REVOKED = KEYS[-1]  # answers 401 from half-way through
+OUT_OF_QUOTA = KEYS[0]  # out of credit from half-way through: OpenAI's insufficient_quota
+QUOTA_BODY = json.dumps(
+    {"error": {"code": "insufficient_quota", "type": "insufficient_quota", "message": "quota"}}
+).encode()
 FLAKY = "tier-2"  # answers 503 for one second in every ten
 MODELS = ["model-a", "model-b"]
 CLIENTS = 32
@@ -67,17 +80,32 @@ ROTATE_ON = (503,)
 
 @dataclass
 class Bucket:
+    """Refilled continuously at its limit per minute, or (`window`) all at once at the end
+    of each minute since `origin`."""
+
     limit: float
     level: float
     at: float
+    window: bool = False
+    origin: float = 0.0
 
     def refill(self, now: float) -> float:
-        self.level = min(self.limit, self.level + (now - self.at) * self.limit / 60.0)
+        if self.window:
+            if int((now - self.origin) // 60) != int((self.at - self.origin) // 60):
+                self.level = self.limit
+        else:
+            self.level = min(self.limit, self.level + (now - self.at) * self.limit / 60.0)
         self.at = now
         return self.level
 
     def full_in(self) -> float:
+        """Seconds until it is full: the window's end, or as it refills."""
+        if self.window:
+            return 60.0 - (self.at - self.origin) % 60
         return (self.limit - self.level) * 60.0 / self.limit
+
+    def window_index(self, now: float) -> int:
+        return int((now - self.origin) // 60)
 
 
 @dataclass
@@ -85,10 +113,15 @@ class Provider:
     mode: str
     start: float
     revoke_at: float
+    window: bool = False  # fixed windows instead of continuous buckets
     buckets: dict[tuple[str, str, str], Bucket] = field(default_factory=dict)
     throttles: int = 0
     first_throttled: dict[tuple[str, str], float] = field(default_factory=dict)
-    late_throttles: int = 0  # 429s to requests that arrived after their pair's first 429
+    first_answered: dict[tuple[str, str], float] = field(default_factory=dict)
+    late_throttles: int = 0  # 429s to requests that arrived after their pair's first answer
+    later_window_throttles: int = 0  # 429s in a pair's windows after its first (`window`)
+    quota_answered: float = math.inf  # when the out-of-quota key's first such answer landed
+    after_quota: int = 0  # requests to that key that arrived after it
     sibling_gaps: list[float] = field(default_factory=list)  # arrival after the sibling's 429
     token_shortfalls: int = 0
     rejected: int = 0
@@ -97,35 +130,49 @@ class Provider:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        """Continuous buckets start empty (the run begins at the limit); windows start full,
+        each minute from the run's start."""
         for account, (requests_limit, tokens_limit) in ACCOUNTS.items():
-            for model in MODELS:  # buckets start empty: the run begins at the limit
-                self.buckets[(account, model, "r")] = Bucket(requests_limit, 0.0, self.start)
-                self.buckets[(account, model, "t")] = Bucket(tokens_limit, 0.0, self.start)
+            for model in MODELS:
+                for kind, limit in (("r", requests_limit), ("t", tokens_limit)):
+                    level = float(limit) if self.window else 0.0
+                    bucket = Bucket(limit, level, self.start, self.window, self.start)
+                    self.buckets[(account, model, kind)] = bucket
 
     def serve(
         self, key: str, model: str, tokens: int, latency: float
-    ) -> tuple[int, dict[str, str]]:
+    ) -> tuple[int, dict[str, str], bytes]:
         """The answer to one request, decided (its headers too) when it arrives, as
         providers admit a request, and sent after its service time, as a non-streamed
         completion comes back: headers are as old as the request's latency when they land."""
         arrived = time.monotonic()
         answer = self.answer(key, model, tokens, arrived)
         time.sleep(latency)
+        account = ACCOUNT_OF.get(key)
+        with self.lock:
+            if account is not None:
+                self.first_answered.setdefault((account, model), time.monotonic())
+            if answer[0] == 429 and answer[2] == QUOTA_BODY:
+                self.quota_answered = min(self.quota_answered, time.monotonic())
         return answer
 
     def answer(
         self, key: str, model: str, tokens: int, arrived: float
-    ) -> tuple[int, dict[str, str]]:
+    ) -> tuple[int, dict[str, str], bytes]:
         account = ACCOUNT_OF.get(key)
         now = time.monotonic()
         if account is None or model not in MODELS or (key == REVOKED and now >= self.revoke_at):
             with self.lock:
                 self.rejected += 1
-            return 401, {}
+            return 401, {}, b"{}"
+        if key == OUT_OF_QUOTA and now >= self.revoke_at:  # its credit ran out half-way
+            with self.lock:
+                self.after_quota += 1 if arrived > self.quota_answered else 0
+            return 429, {}, QUOTA_BODY
         if account == FLAKY and (now - self.start) % 10 >= 9:
             with self.lock:
                 self.unavailable += 1
-            return 503, {}
+            return 503, {}, b"{}"
         with self.lock:
             requests_bucket = self.buckets[(account, model, "r")]
             budget = self.buckets[(account, model, "t")]
@@ -134,22 +181,26 @@ class Provider:
             if requests_bucket.level >= 1 and budget.level >= tokens:
                 requests_bucket.level -= 1
                 budget.level -= tokens
-                return 200, self._headers(requests_bucket, budget, None)
+                return 200, self._headers(requests_bucket, budget, None), b"{}"
             self.throttles += 1
-            first = self.first_throttled.setdefault((account, model), now)
-            if arrived > first:
+            if arrived > self.first_answered.get((account, model), math.inf):
                 self.late_throttles += 1
+            if self.window and requests_bucket.window_index(arrived) > 0:
+                self.later_window_throttles += 1
             if requests_bucket.level >= 1:
                 self.token_shortfalls += 1
             earlier = self.advised.get((account, model))
             if earlier is not None and earlier[0] != key and earlier[1] <= arrived < earlier[2]:
                 self.sibling_gaps.append(arrived - earlier[1])  # within the sibling's advice
             levels = requests_bucket.level, budget.level
-            short = (1 - levels[0]) * 60.0 / requests_bucket.limit if levels[0] < 1 else 0.0
-            short = max(short, (tokens - levels[1]) * 60.0 / budget.limit)
+            if self.window:
+                short = requests_bucket.full_in()
+            else:
+                short = (1 - levels[0]) * 60.0 / requests_bucket.limit if levels[0] < 1 else 0.0
+                short = max(short, (tokens - levels[1]) * 60.0 / budget.limit)
             advice = max(1, math.ceil(short))
             self.advised[(account, model)] = (key, now, now + advice)
-            return 429, self._headers(requests_bucket, budget, advice)
+            return 429, self._headers(requests_bucket, budget, advice), b"{}"
 
     def _headers(
         self, requests_bucket: Bucket, budget: Bucket, advice: int | None
@@ -177,6 +228,17 @@ class Provider:
 class Reply:
     status_code: int
     headers: dict[str, str]
+    content: bytes
+
+
+def openai_quota_spent(answer: Any) -> QuotaSpent | None:
+    """What a gateway sending with `requests` reads in a throttle's body: OpenAI's
+    `insufficient_quota` (the SDKs' exceptions say it without any reader)."""
+    try:
+        error = json.loads(answer.content).get("error") or {}
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return QuotaSpent() if error.get("code") == "insufficient_quota" else None
 
 
 def register(strategy: str) -> None:
@@ -198,7 +260,7 @@ def gateway(strategy: str, model: str, tokens: int, send: Callable[[str], Any], 
     cost = tokens if strategy == "library + cost + accounts" else None
     try:
         answer = CredentialPool.dispatch(
-            PROVIDER, send, model=model, cost=cost, rotate_on=ROTATE_ON
+            PROVIDER, send, model=model, cost=cost, rotate_on=ROTATE_ON, advice=openai_quota_spent
         )
     except ModelCooldownExhausted:
         return 429
@@ -222,10 +284,10 @@ def serve_http(provider: Provider) -> tuple[str, Callable[[], None]]:
     def chat() -> Response:
         key = request.headers.get("Authorization", "").removeprefix("Bearer ")
         body = request.get_json(silent=True) or {}
-        status, headers = provider.serve(
+        status, headers, content = provider.serve(
             key, str(body.get("model")), int(body.get("tokens", 1)), float(body.get("latency", 0))
         )
-        return Response("{}", status=status, headers=headers, mimetype="application/json")
+        return Response(content, status=status, headers=headers, mimetype="application/json")
 
     base, stop = serve_upstream(app)
     return f"{base}/v1/chat/completions", stop
@@ -262,7 +324,8 @@ def run(strategy: str, mode: str, args: argparse.Namespace, wait: str) -> dict[s
         min(LONGEST_LATENCY, generator.lognormvariate(math.log(MEDIAN_LATENCY), LATENCY_SIGMA))
         for _ in range(total)
     ]
-    provider = Provider(mode, time.monotonic(), math.inf)  # `offer` starts its clock
+    window = mode.endswith("-window")
+    provider = Provider(mode.removesuffix("-window"), time.monotonic(), math.inf, window)
     if not args.gunicorn:
 
         def in_process(index: int, session: requests.Session) -> int:
@@ -313,9 +376,11 @@ def offer(
     provider.start, provider.revoke_at = start, start + length / 2
     with provider.lock:
         for bucket in provider.buckets.values():
-            bucket.at = start
+            bucket.at = bucket.origin = start
     answered = open_loop(total, rate, CLIENTS, request_one, due)
-    pair_minutes = len(ACCOUNTS) * len(MODELS) * (time.monotonic() - start) / 60.0
+    took = time.monotonic() - start
+    pair_minutes = len(ACCOUNTS) * len(MODELS) * took / 60.0
+    later_windows = len(ACCOUNTS) * len(MODELS) * max(1, math.ceil(took / 60.0) - 1)
     added = [
         took - latencies[index] for index, (status, took) in enumerate(answered) if status == 200
     ]
@@ -325,6 +390,8 @@ def offer(
         "served": len(added),
         "429s per account-model-minute": provider.throttles / pair_minutes,
         "after the first": provider.late_throttles / pair_minutes,
+        "per later window": provider.later_window_throttles / later_windows,
+        "after quota": provider.after_quota,
         "sibling 429s": len(provider.sibling_gaps),
         "sibling gap ms": 1000 * max(provider.sibling_gaps, default=0.0),
         "token 429s": provider.token_shortfalls,
@@ -338,7 +405,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="offered traffic per run")
     parser.add_argument("--load", type=float, default=1.2, help="offered load / capacity")
-    parser.add_argument("--modes", default="openai,anthropic,retry-after,silent")
+    parser.add_argument(
+        "--modes", default="openai,anthropic,retry-after,silent,openai-window,anthropic-window"
+    )
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--gunicorn", action="store_true", help="4 workers sharing Redis")
     parser.add_argument("--bursty", action="store_true", help="arrivals doubled 5 s in 30")
@@ -353,9 +422,10 @@ def main() -> None:
     )
     print(
         "| mode | strategy | wait s | served / offered | provider 429s per account-model-minute"
-        " (after the first) | sibling 429s | token 429s | client 429s | added ms p50/p99 |"
+        " (after its first answer) | per later window | sent after out of quota | sibling 429s"
+        " | token 429s | client 429s | added ms p50/p99 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     runs = [
         (mode, strategy, wait)
         for mode in args.modes.split(",")
@@ -368,6 +438,8 @@ def main() -> None:
             f"| {mode} | {strategy} | {wait} | {figures['served']} / {figures['offered']} | "
             f"{figures['429s per account-model-minute']:.2f}"
             f" ({figures['after the first']:.2f}) | "
+            + (f"{figures['per later window']:.2f}" if mode.endswith("-window") else "-")
+            + f" | {figures['after quota']:.0f} | "
             f"{figures['sibling 429s']:.0f}"
             + (f" (<= {figures['sibling gap ms']:.0f} ms)" if figures["sibling 429s"] else "")
             + f" | {figures['token 429s']:.0f} | "

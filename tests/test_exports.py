@@ -17,10 +17,13 @@ GATEWAY_PATH = [
     "upstream_model",
 ]
 EVIDENCE = {
+    "QUOTA_SPENT",
+    "QuotaSpent",
     "RecordingContext",
     "SelectionScope",
     "UpstreamOutcome",
     "classify_upstream_outcome",
+    "google_quota_spent",
     "google_retry_delay",
     "rate_limit_advice",
     "recording_context",
@@ -35,7 +38,7 @@ def test_the_gateway_path_comes_first() -> None:
 
 
 def test_every_export_exists_once() -> None:
-    assert len(cooldown.__all__) == len(set(cooldown.__all__)) == 33
+    assert len(cooldown.__all__) == len(set(cooldown.__all__)) == 36
     for name in cooldown.__all__:
         assert getattr(cooldown, name) is not None, name
 

@@ -12,6 +12,7 @@ __all__ = [
     "frame",
     "label_message",
     "optional_str",
+    "refill_message",
     "scope_message",
 ]
 
@@ -29,6 +30,7 @@ _MODEL_TAG = frame("model")
 _BUCKET_TAG = frame("quota_bucket")
 _ACCOUNT_TAG = frame("account")
 _LABEL_TAG = frame("label")
+_REFILL_TAG = frame("refill")
 
 
 class PreparedHmac:
@@ -90,6 +92,12 @@ def label_message(prefix: bytes, credential: str) -> bytes:
     """What a key's operator label is the HMAC of: a message of its own (a tag no credential
     message ends with), so a label is never a prefix of a stored id."""
     return prefix + frame(credential) + _LABEL_TAG
+
+
+def refill_message(prefix: bytes, scope: bytes | None) -> bytes:
+    """What a provider's refill reading is kept under: for one scope, or (`None`) for the
+    provider as a whole."""
+    return prefix + _REFILL_TAG + (scope or b"")
 
 
 def optional_str(value: object, name: str) -> str | None:

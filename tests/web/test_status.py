@@ -91,6 +91,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
         "drained": 0,
         "cooling_some_models": 0,  # ready keys only: key 1 is cooling, not ready
         "accounts_cooling": 0,
+        "refill": "unknown",
     }
     other_model = CredentialPool.status(P, model="another", now=110)
     assert [key["reason"] for key in other_model["keys"]] == [None, None, "credential"]

@@ -19,6 +19,7 @@ from .names import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_SECONDS,
     DEFAULT_MAX_WAITERS,
+    DEFAULT_QUOTA_SECONDS,
     DEFAULT_REDIS_PREFIX,
     DEFAULT_REDIS_TIMEOUT_MS,
     DEFAULT_WAIT_SECONDS,
@@ -38,6 +39,7 @@ from .names import (
     MIN_REDIS_SECRET_LENGTH,
     MOST_WAITERS,
     PREFIX_CHARACTERS,
+    QUOTA_SECONDS_ENV,
     REDIS_PREFIX_ENV,
     REDIS_SECRET_ENV,
     REDIS_TIMEOUT_ENV,
@@ -128,6 +130,7 @@ class CooldownSettings:
     first_delay: int = DEFAULT_FIRST_DELAY  # capped by max_seconds where it is used
     wait_seconds: float = DEFAULT_WAIT_SECONDS  # a dispatch's default wait for a key
     max_waiters: int = DEFAULT_MAX_WAITERS  # per provider per process; beyond it, 429 at once
+    quota_seconds: int = DEFAULT_QUOTA_SECONDS  # a spent quota's cooldown, capped by max_seconds
 
 
 WARNED_NAMES_LIMIT = 1024
@@ -202,6 +205,9 @@ def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
         ),
         first_delay=_parse_default_on_error(
             values[FIRST_DELAY_ENV], FIRST_DELAY_ENV, DEFAULT_FIRST_DELAY, LARGEST_MAX_SECONDS
+        ),
+        quota_seconds=_parse_default_on_error(
+            values[QUOTA_SECONDS_ENV], QUOTA_SECONDS_ENV, DEFAULT_QUOTA_SECONDS, LARGEST_MAX_SECONDS
         ),
         **_waiting(values),
         **_sharing(values),

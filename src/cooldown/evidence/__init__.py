@@ -14,15 +14,19 @@ from .advice import (
     selection_scope,
     upstream_model,
 )
-from .bodies import google_retry_delay
+from .bodies import google_quota_spent, google_retry_delay
 from .outcome import UpstreamOutcome, classify_upstream_outcome
+from .quota import QUOTA_SPENT, QuotaSpent
 from .ratelimit import rate_limit_advice
 
 __all__ = [
+    "QUOTA_SPENT",
+    "QuotaSpent",
     "RecordingContext",
     "SelectionScope",
     "UpstreamOutcome",
     "classify_upstream_outcome",
+    "google_quota_spent",
     "google_retry_delay",
     "rate_limit_advice",
     "recording_context",

@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
-from typing import TypeAlias, TypedDict
+from typing import Literal, TypeAlias, TypedDict
 from urllib.parse import unquote
 
 from ..arguments import wall_clock
@@ -25,6 +25,14 @@ __all__ = [
 ]
 
 QUOTA_BUCKETS_CONFIG = "MODEL_COOLDOWN_QUOTA_BUCKETS"
+
+Refill: TypeAlias = Literal["continuous", "window"]
+"""How a provider's announced limit comes back: continuously, or all at once at its reset."""
+REFILLS: tuple[Refill, ...] = ("continuous", "window")
+RefillSetting: TypeAlias = Literal["auto", "continuous", "window"]
+"""How `register` fixes a provider's reading; `"auto"` learns it from the answers."""
+REFILL_SETTINGS: tuple[RefillSetting, ...] = ("auto", *REFILLS)
+
 
 QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
 
@@ -186,10 +194,10 @@ def recording_context(
     """`outcome=`, `credential_wide_auth=` and `retry_after_seconds=` for recording.
 
     A 2xx whose rate-limit headers show a spent window is recorded as a throttle until the
-    window resets (reason `rate_limit_exhausted`); on a 429 the advice is the later of a
-    usable `Retry-After` (or Azure's `retry-after-ms`/`x-ms-retry-after-ms`), every spent
-    window's reset and any reset given without its remaining counter. `{}` when the feature
-    is disabled, so the pools keep their legacy behaviour.
+    window lets one more request through (reason `rate_limit_exhausted`); on a 429 the advice
+    is the later of a usable `Retry-After` (or Azure's `retry-after-ms`/`x-ms-retry-after-ms`),
+    every spent window's and any reset given without its remaining counter. `{}` when the
+    feature is disabled, so the pools keep their legacy behaviour.
     """
     if outcome is not None and not isinstance(outcome, UpstreamOutcome):
         raise TypeError("outcome must be an UpstreamOutcome or None")

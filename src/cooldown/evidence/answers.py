@@ -14,7 +14,14 @@ from typing import Any
 from ..errors import APIError
 from .headers import lowered_headers
 
-__all__ = ["Answer", "answer_raised", "answer_returned", "response_headers", "response_status"]
+__all__ = [
+    "Answer",
+    "answer_raised",
+    "answer_returned",
+    "response_headers",
+    "response_status",
+    "safe_attribute",
+]
 
 SDK_RETRY_HEADER = "x-stainless-retry-count"
 """Both official SDKs number each try of one call in this request header; 0 is the first."""
@@ -24,7 +31,7 @@ def response_status(response: object) -> int | None:
     """`.status_code` (requests, httpx, werkzeug, the SDKs' raw responses) or `.status`
     (urllib3, `http.client`, aiohttp) when it is an int; `None` for anything else."""
     for name in ("status_code", "status"):
-        status = _attribute(response, name)
+        status = safe_attribute(response, name)
         if isinstance(status, int) and not isinstance(status, bool):
             return status
     return None
@@ -34,7 +41,7 @@ def response_headers(response: object) -> dict[str, object]:
     """The headers by lower-cased name; `{}` when they are missing or cannot be read (a
     throttle with unreadable headers is still a throttle)."""
     try:
-        return lowered_headers(_attribute(response, "headers"))
+        return lowered_headers(safe_attribute(response, "headers"))
     except Exception:  # an odd headers object must never lose the status it came with
         return {}
 
@@ -65,7 +72,7 @@ def answer_returned(value: object) -> Answer:
     result (a success with no headers)."""
     if value is None:
         raise TypeError("send() returned None: return the upstream's response or result")
-    http = value if response_status(value) is not None else _attribute(value, "response")
+    http = value if response_status(value) is not None else safe_attribute(value, "response")
     status = response_status(http)
     if status is None:  # a parsed result: the upstream answered 2xx and the SDK parsed it
         return Answer(value, False, 200, {}, False, None)
@@ -79,7 +86,7 @@ def answer_raised(error: Exception) -> Answer | None:
     `dispatch`'s 429 or an application's `APIError` is not what the upstream said."""
     if isinstance(error, APIError):
         return None
-    http = _attribute(error, "response")
+    http = safe_attribute(error, "response")
     status = response_status(http)
     if status is not None:
         return Answer(error, True, status, response_headers(http), _retried(error, http), http)
@@ -92,9 +99,9 @@ def answer_raised(error: Exception) -> Answer | None:
 def _retried(value: object, http: object) -> bool:
     """Whether the request behind this answer was an SDK's retry; never fails on its absence."""
     for request in (
-        _attribute(value, "http_request"),  # the SDKs' raw responses
-        _attribute(value, "request"),  # the SDKs' and httpx's exceptions, httpx responses
-        _attribute(http, "request"),  # requests' and httpx's responses
+        safe_attribute(value, "http_request"),  # the SDKs' raw responses
+        safe_attribute(value, "request"),  # the SDKs' and httpx's exceptions, httpx responses
+        safe_attribute(http, "request"),  # requests' and httpx's responses
     ):
         count = response_headers(request).get(SDK_RETRY_HEADER)
         digits = count.strip() if isinstance(count, str) else ""
@@ -103,7 +110,7 @@ def _retried(value: object, http: object) -> bool:
     return False
 
 
-def _attribute(value: object, name: str) -> Any:
+def safe_attribute(value: object, name: str) -> Any:
     """`getattr` that treats a raising property as missing (httpx's `Response.request` raises
     when unset)."""
     try:

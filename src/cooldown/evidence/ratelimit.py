@@ -228,7 +228,8 @@ def request_budget(
     lowered: dict[str, object], received_at: float
 ) -> tuple[int, float, int | None] | None:
     """(requests remaining, seconds until the window resets, the limit if announced) when a
-    provider says both and some are left; with the limit, they refill continuously."""
+    provider says both and some are left, or none are and the limit is announced (they refill
+    continuously towards it: the budget says when the next request is back)."""
     found: list[tuple[int, float, int | None]] = []
     remaining = _count(lowered.get("x-ratelimit-remaining-requests"))
     reset = _openai_reset(lowered.get("x-ratelimit-reset-requests"), received_at)
@@ -244,7 +245,7 @@ def request_budget(
         reset = read_reset(lowered.get(reset_name), received_at)
         if remaining is not None and reset is not None:
             found.append((remaining, reset, None))
-    live = [budget for budget in found if budget[0] > 0 and budget[1] > 0]
+    live = [budget for budget in found if budget[1] > 0 and (budget[0] > 0 or budget[2])]
     return min(live, key=lambda budget: (budget[0], budget[1])) if live else None
 
 

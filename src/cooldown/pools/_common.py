@@ -21,6 +21,7 @@ from ..config import (
 from ..digests import frame, scope_message
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome, classify_status
+from ..evidence.quota import QUOTA_SPENT
 from ..shared import share_when_configured
 from ..store import CallScope, ModelCooldown
 
@@ -268,18 +269,27 @@ class CheckedEvidence(NamedTuple):
     def from_call(
         cls, status: int, outcome: UpstreamOutcome | None, credential_wide_auth: bool | None
     ) -> CheckedEvidence:
-        """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise.
+        """A supplied outcome overrides the status; a 401 is wide auth unless told otherwise,
+        and a spent quota always is (it holds the key for every model).
 
         The pools have already passed both through `check_evidence`.
         """
-        return cls(
-            classify_status(status) if outcome is None else outcome,
-            status == 401 if credential_wide_auth is None else credential_wide_auth,
-        )
+        checked = classify_status(status) if outcome is None else outcome
+        if checked.reason == QUOTA_SPENT.reason:
+            return cls(checked, True)
+        return cls(checked, status == 401 if credential_wide_auth is None else credential_wide_auth)
 
     @property
     def rejected_wide(self) -> bool:
         return self.outcome.credential_health == "rejected" and self.credential_wide_auth
 
-    def fallback(self, *, rejected: float, otherwise: float) -> float:
+    @property
+    def quota_spent(self) -> bool:
+        return self.outcome.reason == QUOTA_SPENT.reason
+
+    def fallback(self, current: CooldownSettings, *, rejected: float, otherwise: float) -> float:
+        """The cooldown when the answer advised none: a spent quota's setting, an auth
+        rejection's rest, or a throttle's."""
+        if self.quota_spent:
+            return current.quota_seconds
         return rejected if self.outcome.credential_health == "rejected" else otherwise

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..arguments import resolve_now
-from ..evidence.advice import QuotaBuckets
+from ..evidence.advice import REFILL_SETTINGS, QuotaBuckets, RefillSetting
 from ..evidence.learn import WindowLearner, window_learner
 from ..forksafe import new_lock
 from ..store import ModelCooldown, Order, model_cooldown
@@ -95,6 +95,7 @@ class CredentialPool(KeyRecording, PoolActions):
         state._legacy = LegacyRests()
         state._providers = dict(BUILT_IN_PROVIDERS)
         state._accounts = {}
+        state._refill = {}
 
     def __repr__(self) -> str:
         return f"<CredentialPool providers={len(self._providers)}>"
@@ -109,13 +110,16 @@ class CredentialPool(KeyRecording, PoolActions):
         *,
         keys: KeySource | None = None,
         accounts: Mapping[str, Sequence[int]] | None = None,
+        refill: RefillSetting = "auto",
     ) -> None:
         """Pool `provider`'s keys from the variables `base_env` and `base_env_<n>`, or from
         `keys`: a sequence of strings, or a zero-argument callable returning one (read again
         when its last result is more than a second old). `accounts` groups keys that share
         one provider account (`{"team-a": [1, 2]}`, 1-based positions): a throttle on one
-        cools the scope for all of them. Registering again replaces the provider's source
-        (and its accounts)."""
+        cools the scope for all of them. `refill` says how the provider's announced limits
+        come back: `"continuous"`, `"window"` (all at once at the reset), or `"auto"`
+        (continuous until an answer proves windows). Registering again replaces the
+        provider's source (and its accounts and refill)."""
         if not isinstance(provider, str):
             raise TypeError("provider must be a str")
         if not provider:
@@ -126,8 +130,11 @@ class CredentialPool(KeyRecording, PoolActions):
             _variable_name(base_env) if keys is None else CodeKeys(provider, keys)
         )
         grouped = None if accounts is None else checked_accounts(provider, accounts)
+        if refill not in REFILL_SETTINGS:
+            raise ValueError(f"refill must be one of {REFILL_SETTINGS}")
         with self._lock:
             self._providers[provider] = source
+            self._refill[provider] = refill
             if grouped is None:
                 self._accounts.pop(provider, None)
             else:
@@ -265,12 +272,17 @@ class CredentialPool(KeyRecording, PoolActions):
 
         Keys appear by 1-based position only: no key, digest, model or bucket name. With a
         `cost` (a request's tokens, as `dispatch` takes it) a key whose tokens cannot hold
-        that request shows as held by `"budget"`, as `dispatch` would find it.
+        that request shows as held by `"budget"`, as `dispatch` would find it. `"refill"` is
+        the reading `register` fixed, or under `"auto"` what the answers showed: `"window"`
+        once any model learned it, `"continuous"` once an admission only the refill allowed
+        was served, else `"unknown"`.
         """
         current = scoped_settings(self.store, model, quota_bucket)
         candidates = self.keys(provider)
         current_time = resolve_now(now)
         maximum = None if current is None else current.max_seconds
+        self._in_rotation(provider, candidates, current_time)  # follows the fleet's clears
+        fixed = self._refill.get(provider, "auto")
         rests = self._legacy.live(provider, candidates, current_time, maximum)
         return keys_status(
             self.store,
@@ -283,6 +295,7 @@ class CredentialPool(KeyRecording, PoolActions):
             now=current_time,
             accounts=self._labels(provider, candidates),
             cost=cost,
+            refill=None if fixed == "auto" else fixed,
         )
 
     @pool_method

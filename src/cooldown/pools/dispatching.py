@@ -17,11 +17,14 @@ from ..errors import ModelCooldownExhausted
 from ..evidence.advice import (
     QuotaBuckets,
     RecordingContext,
+    Refill,
+    RefillSetting,
     SelectionScope,
     recording_context,
     selection_scope,
 )
 from ..evidence.answers import Answer
+from ..evidence.quota import QUOTA_SPENT, QuotaSpent, sdk_quota_spent
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
 from ..store import Attempt, CallScope, Order
 from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
@@ -42,8 +45,10 @@ def warn_sdk_retries(provider: str) -> None:
 
 
 BodyAdvice = Callable[[Any], object]
-"""`advice(answer) -> seconds | None`: what a throttle's body advises."""
-ADVICE_UNUSABLE = "provider %s: advice= returned something that is not seconds; it is ignored"
+"""`advice(answer) -> seconds | QuotaSpent | None`: what a throttle's body advises."""
+ADVICE_UNUSABLE = (
+    "provider %s: advice= returned something that is neither seconds nor QuotaSpent; it is ignored"
+)
 ADVICE_FAILED = "provider %s: advice= raised; its advice is ignored"
 
 
@@ -53,18 +58,31 @@ def check_advice(advice: object) -> BodyAdvice | None:
     return advice
 
 
+def quota_evidence(seconds: float | None) -> RecordingContext:
+    """What a spent quota records: the key, and its account, out for every model."""
+    return {"outcome": QUOTA_SPENT, "credential_wide_auth": True, "retry_after_seconds": seconds}
+
+
 def evidence_reader(
     provider: str, advice: BodyAdvice | None
 ) -> Callable[[Answer], RecordingContext]:
-    """What `dispatch` records of an answer: its headers' evidence and, for a throttle, the
-    later of that and what `advice` reads in the answer's body."""
+    """What `dispatch` records of an answer: its headers' evidence; a spent quota for a 402
+    or an SDK exception saying `insufficient_quota`; for a throttle, the later of the
+    headers' advice and what `advice` reads in the answer's body (or the quota it says is
+    spent)."""
 
     def read(answer: Answer) -> RecordingContext:
         evidence = recording_context(answer.status, answer.headers)
         outcome = evidence.get("outcome")
-        if advice is None or outcome is None or outcome.credential_health != "throttled":
+        if outcome is None:  # the feature is off
+            return evidence
+        if answer.status == 402 or (answer.raised and sdk_quota_spent(answer.value)):
+            return quota_evidence(None)
+        if advice is None or outcome.credential_health != "throttled":
             return evidence
         advised = _body_advice(provider, advice, answer.value)
+        if isinstance(advised, QuotaSpent):
+            return quota_evidence(advised.seconds)
         header = evidence.get("retry_after_seconds")
         if advised is not None and (header is None or advised > header):
             evidence["retry_after_seconds"] = advised
@@ -73,15 +91,15 @@ def evidence_reader(
     return read
 
 
-def _body_advice(provider: str, advice: BodyAdvice, value: object) -> float | None:
+def _body_advice(provider: str, advice: BodyAdvice, value: object) -> float | QuotaSpent | None:
     """The caller's reader, validated like `Retry-After`; a failure costs only its advice."""
     try:
         advised = advice(value)
     except Exception:  # its text may quote the body: never logged
         warn_once(provider, ADVICE_FAILED)
         return None
-    if advised is None:
-        return None
+    if advised is None or isinstance(advised, QuotaSpent):
+        return advised
     if usable_advice(advised):
         return float(min(advised, LARGEST_MAX_SECONDS))  # capped again where it is stored
     warn_once(provider, ADVICE_UNUSABLE)
@@ -180,6 +198,12 @@ class _ScopedDispatch:
             order="configured" if self.affinity is not None else order,
             cost=cost,
         )
+        self.fixed: RefillSetting = pool._refill.get(provider, "auto")
+        self.refill: Refill = (
+            self.store.refill_reading(provider, self.scope.model, self.scope.quota_bucket, now=now)
+            if self.fixed == "auto"
+            else self.fixed
+        )
 
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
         """The next key, counted in flight; when none is free, wait for the earliest within
@@ -236,6 +260,8 @@ class _ScopedDispatch:
         """Record the answer as of the attempt's start; keep the budget its headers announce.
         With shared state, these writes go with the attempt's end, in one round trip."""
         key, attempt = admitted
+        if self.fixed == "auto" and attempt.refilled is not None:
+            self._learn_refill(attempt, answer)
         checked = CheckedEvidence.from_call(
             answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
         )
@@ -248,6 +274,30 @@ class _ScopedDispatch:
                 attempt.shared.learned = self.learner.export(
                     self.scope.provider, key, self._scope_message()
                 )
+
+    def _learn_refill(self, attempt: Attempt, answer: Answer) -> None:
+        """An attempt only the refill admitted: answered 429 with that counter spent again,
+        the provider refills in windows (one such 429 teaches it, and from this answer on its
+        budgets are kept without their limit: they hold until the reset); served, it refills
+        as announced."""
+        scope = self.scope
+        if 200 <= answer.status < 300:
+            self.store.learn_refill(
+                scope.provider, scope.model, scope.quota_bucket, "continuous", now=scope.now
+            )
+            return
+        if answer.status != 429 or not answer.headers or self.refill == "window":
+            return
+        if attempt.refilled == "requests":
+            spent = requests_remaining(answer.headers) == 0
+        else:
+            tokens = token_budget(answer.headers, time.time())
+            spent = tokens is not None and tokens[0] < (scope.cost or 1)
+        if spent:
+            self.refill = "window"
+            self.store.learn_refill(
+                scope.provider, scope.model, scope.quota_bucket, "window", now=scope.now
+            )
 
     def _record(
         self,
@@ -278,6 +328,8 @@ class _ScopedDispatch:
         """Record a budget the answer announced (requests or tokens), as of the attempt's
         start, its reset capped at the maximum."""
         remaining, reset, limit = announced
+        if self.refill == "window":  # the limit comes back at the reset, not meanwhile
+            limit = None
         record = self.store.record_budget if kind == "requests" else self.store.record_token_budget
         record(
             self.scope,

@@ -9,11 +9,19 @@ from ..arguments import retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
 from ..store import CallScope, ModelCooldown, Reason
+from ..store.refills import ProviderRefill
 
-__all__ = ["KeyStatus", "PoolStatus", "keys_status", "pool_status"]
+__all__ = ["QUOTA_NOTE", "KeyStatus", "PoolStatus", "keys_status", "pool_status"]
+
+QUOTA_NOTE = "out of quota (credit or a daily limit): add credit, or clear it after topping up"
+"""What a key whose quota is spent needs from an operator, in the status rows and the page."""
 
 
-class KeyStatus(TypedDict):
+class _OperatorNote(TypedDict, total=False):
+    note: str  # what an operator can do, for a hold that needs one (a spent quota)
+
+
+class KeyStatus(_OperatorNote):
     index: int  # 1-based position in the configured order
     label: str  # stable, non-secret: what drain, undrain and clear name the key by
     state: Literal["ready", "cooling", "drained"]  # for the scope asked (none: unscoped)
@@ -31,6 +39,7 @@ class PoolStatus(TypedDict):
     drained: int  # taken out of rotation by an operator: ready + cooling + drained == keys
     cooling_some_models: int  # ready keys with scoped_cooldowns > 0: per-model trouble
     accounts_cooling: int  # accounts whose every key is cooling for the scope asked
+    refill: ProviderRefill  # how its announced limits come back: fixed, learned or "unknown"
 
 
 def pool_status(
@@ -63,6 +72,8 @@ def pool_status(
                 "account": labels[position - 1] if position <= len(labels) else None,
             }
         )
+        if reason == "quota":
+            keys[-1]["note"] = QUOTA_NOTE
     cooling = sum(1 for key in keys if key["state"] == "cooling")
     out_of_rotation = sum(1 for key in keys if key["state"] == "drained")
     return {
@@ -75,6 +86,7 @@ def pool_status(
             1 for key in keys if key["state"] == "ready" and key["scoped_cooldowns"]
         ),
         "accounts_cooling": _accounts_cooling(keys),
+        "refill": "unknown",
     }
 
 
@@ -100,9 +112,30 @@ def keys_status(
     now: float,
     accounts: Mapping[str, str] | None = None,
     cost: int | None = None,
+    refill: ProviderRefill | None = None,
 ) -> PoolStatus:
     """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
-    on both paths, how many models each key cools for, and its account."""
+    on both paths, how many models each key cools for, and its account; how the provider's
+    limits refill (`refill` as fixed, else what the store learned)."""
+    status = _keys_status(
+        store, provider, keys, rests, current, model, quota_bucket, now, accounts, cost
+    )
+    status["refill"] = store.provider_refill(provider, now=now) if refill is None else refill
+    return status
+
+
+def _keys_status(
+    store: ModelCooldown,
+    provider: str,
+    keys: Sequence[str],
+    rests: Mapping[str, float],
+    current: CooldownSettings | None,
+    model: str | None,
+    quota_bucket: str | None,
+    now: float,
+    accounts: Mapping[str, str] | None,
+    cost: int | None,
+) -> PoolStatus:
     labels = [(accounts or {}).get(key) for key in keys]
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
@@ -116,7 +149,9 @@ def keys_status(
         if configured.enabled:  # a credential-wide rejection another worker saw, too
             wide = store.explain(provider, keys, max_seconds=LARGEST_MAX_SECONDS, now=now)
         legacy: list[tuple[Reason | None, float]] = [
-            ("legacy", rests[key]) if key in rests and rests[key] >= release else (reason, release)
+            ("legacy", rests[key])
+            if _rest_holds(rests.get(key), reason, release)
+            else (reason, release)
             for key, (reason, release) in zip(keys, wide, strict=True)
         ]
         return pool_status(
@@ -141,3 +176,11 @@ def keys_status(
         key_labels=key_labels,
         drained=out,
     )
+
+
+def _rest_holds(rest: float | None, reason: Reason | None, release: float) -> bool:
+    """The legacy rest names the hold when it lasts longest; a spent quota mirrored into
+    the rests (the same deadline) keeps its own name."""
+    if rest is None:
+        return False
+    return rest > release or (rest == release and reason != "quota")

@@ -160,7 +160,7 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             scope = CallScope(
                 self.namespace, model, quota_bucket, current_time, current.max_seconds
             )
-            fallback = evidence.fallback(rejected=ttl, otherwise=throttle_seconds)
+            fallback = evidence.fallback(current, rejected=ttl, otherwise=throttle_seconds)
             self._record_scoped(
                 scope, key, evidence, current, fallback, retry_after_seconds, sent_at
             )

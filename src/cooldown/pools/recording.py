@@ -7,9 +7,11 @@ from collections.abc import Mapping
 
 from ..arguments import resolve_now
 from ..config import CooldownSettings, warn_once
+from ..evidence.advice import RefillSetting
 from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
+from ..evidence.quota import QUOTA_SPENT
 from ..store import CallScope
 from ._common import (
     CheckedEvidence,
@@ -41,6 +43,7 @@ class KeyRecording(KeySelection):
     """`record` and `record_headers`, mixed into `CredentialPool` over its selection."""
 
     _learner: WindowLearner  # the windows learned from this pool's throttles
+    _refill: dict[str, RefillSetting]  # as `register` fixed it; unregistered: "auto"
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -76,6 +79,8 @@ class KeyRecording(KeySelection):
         if key not in self.keys(provider):  # outside input (a client's token) fills no table
             warn_once(provider, NOT_HELD_WARNING)
             return
+        if outcome is None and status == 402:  # payment required: the quota is spent
+            outcome = QUOTA_SPENT
         evidence = CheckedEvidence.from_call(status, outcome, credential_wide_auth)
         scope = CallScope(provider, model, quota_bucket, now, current.max_seconds)
         self._record_scoped(scope, key, evidence, retry_after_seconds, current, sent_at)
@@ -101,7 +106,7 @@ class KeyRecording(KeySelection):
             evidence,
             retry_after_seconds=retry_after_seconds,
             fallback_seconds=evidence.fallback(
-                rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
+                current, rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
             ),
             current=current,
             sent_at=sent_at,
@@ -122,13 +127,16 @@ class KeyRecording(KeySelection):
         current: CooldownSettings,
     ) -> None:
         """A throttle of one key of an account is its siblings' too: the same scope cools for
-        each of them until the same deadline. An auth rejection stays the one key's."""
-        if deadline is None or evidence.outcome.credential_health != "throttled":
+        each of them until the same deadline; a spent quota is the account's, so it holds
+        each of them for every model. An auth rejection stays the one key's."""
+        spent = evidence.quota_spent
+        if deadline is None or not (spent or evidence.outcome.credential_health == "throttled"):
             return
         siblings = self.siblings(scope.provider, key)
         if not siblings:
             return
-        remaining = max(0.0, deadline - resolve_now(scope.now))
+        now = resolve_now(scope.now)
+        remaining = max(0.0, deadline - now)
         for sibling in siblings:  # no pool lock: the store may reach Redis
             self.store.record(
                 scope.provider,
@@ -136,10 +144,13 @@ class KeyRecording(KeySelection):
                 evidence.outcome,
                 model=scope.model,
                 quota_bucket=scope.quota_bucket,
+                credential_wide_auth=spent,
                 retry_after_seconds=remaining,
                 max_seconds=current.max_seconds,
                 now=scope.now,
             )
+            if spent:  # unscoped selection must see it too, as the key's own
+                self._legacy.rest(scope.provider, sibling, deadline, now, keep_later=True)
 
     @pool_method
     def _record_legacy(self, provider: str, key: str, status: int, now: float) -> None:

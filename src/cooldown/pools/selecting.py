@@ -91,8 +91,12 @@ class KeySelection:
 
     @pool_method
     def _in_rotation(self, provider: str, candidates: list[str], now: float) -> list[str]:
-        """The candidates an operator has not drained (no digest at all while none is)."""
-        drained = self.store.drained_keys(provider, candidates, now=now)
+        """The candidates an operator has not drained (no digest at all while none is); a
+        key another process cleared leaves this pool's own rests too."""
+        cleared: list[str] = []
+        drained = self.store.drained_keys(provider, candidates, now=now, cleared=cleared)
+        for key in cleared:
+            self._legacy.clear(provider, key)
         return [key for key in candidates if key not in drained] if drained else candidates
 
     @pool_method

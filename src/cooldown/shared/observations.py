@@ -44,6 +44,7 @@ from .calls import (
     finite,
 )
 from .operators import SharedKeyActions
+from .quota_marks import SharedQuotaMarks
 
 __all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
 
@@ -62,7 +63,7 @@ UNRELEASED = 1024
 """Attempts whose end did not reach Redis, kept to release when it answers again."""
 
 
-class RedisObservations(ScriptCalls, SharedKeyActions):
+class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
     """The shared half of a store; every method answers `None` instead of raising.
 
     `None` means "Redis did not answer": the caller keeps its local answer.
@@ -87,6 +88,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
         self._live_read: tuple[float, list[str] | None] = (-math.inf, None)
         self._fleet_key = f"{{{prefix}}}:fleet"
         self._start_key_actions(prefix)
+        self._start_quota_marks(prefix)
 
     def __repr__(self) -> str:
         return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"

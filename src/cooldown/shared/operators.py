@@ -1,16 +1,23 @@
-"""Operators' actions in the shared state: drains that outlive every worker, and clears."""
+"""Operators' actions in the shared state: drains that outlive every worker, and clears; the
+fleet's learned refill readings are read with them, in the same round trip."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..forksafe import new_lock
 from ..store.backend import OperatorMarks
 from .scripts import KEY_NAMES
 
-__all__ = ["CLEARS_KEPT_SECONDS", "DRAINED_KEY", "DRAINS_READ_SECONDS", "SharedKeyActions"]
+__all__ = [
+    "CLEARS_KEPT_SECONDS",
+    "DRAINED_KEY",
+    "DRAINS_READ_SECONDS",
+    "REFILLS_KEY",
+    "SharedKeyActions",
+]
 
 DRAINED_KEY = "drained"
 """`{prefix}:drained`: a set of the shared ids of drained credentials (no TTL)."""
@@ -18,6 +25,12 @@ DRAINED_KEY = "drained"
 DRAINS_READ_SECONDS = 0.25
 """How long one read of the fleet's drains and clears is reused: each holds everywhere
 within it."""
+
+REFILLS_KEY = "refill-readings"
+"""`{prefix}:refill-readings`: a hash of refill ids (a provider's, or a provider's and one
+scope's) -> how its limits refill, as learned ("window" or "continuous")."""
+REFILL_READINGS = frozenset({"window", "continuous"})
+MOST_REFILL_READINGS = 10000
 
 CLEARS_KEPT_SECONDS = 86400
 """How long a clear stays in `{prefix}:cleared` for the processes' own state to follow."""
@@ -36,6 +49,7 @@ class SharedKeyActions:
     def _start_key_actions(self, prefix: str) -> None:
         self._drained_key = f"{{{prefix}}}:{DRAINED_KEY}"
         self._cleared_key = self._keys[KEY_NAMES.index("cleared")]
+        self._refills_key = f"{{{prefix}}}:{REFILLS_KEY}"
         self._drains_read: tuple[float, OperatorMarks | None] = (-math.inf, None)
         self._drains_lock = new_lock(self, "_drains_lock")
 
@@ -60,23 +74,50 @@ class SharedKeyActions:
             return known
 
         def fetch() -> Any:
-            client = self._connected()
-            return client.smembers(self._drained_key), client.hgetall(self._cleared_key)
+            pipeline = self._connected().pipeline(transaction=False)  # one round trip
+            pipeline.smembers(self._drained_key)
+            pipeline.hgetall(self._cleared_key)
+            pipeline.hgetall(self._refills_key)
+            return pipeline.execute()
 
         def read(answer: Any) -> OperatorMarks:
-            drained, cleared = answer
+            drained, cleared, refills = answer
             clears = {}
             for field, wall_ms in cleared.items():
                 try:
                     clears[_text(field)] = self._to_monotonic(wall_ms)
                 except (TypeError, ValueError):
                     continue  # Redis is shared with other programs: junk is skipped
-            return OperatorMarks(frozenset(map(_text, drained)), clears)
+            readings = {
+                _text(field): reading
+                for field, reading in ((field, _text(value)) for field, value in refills.items())
+                if reading in REFILL_READINGS
+            }
+            return OperatorMarks(frozenset(map(_text, drained)), clears, readings)
 
         fresh: OperatorMarks | None = self._call_with(now, fetch, read)
         with self._drains_lock:
             self._drains_read = (now, fresh)
         return fresh
+
+    def note_refill(self, readings: Mapping[str, str], now: float) -> None:
+        """Keep learned readings for the fleet: "window" replaces anything, "continuous" only
+        fills a gap; nothing more is added past `MOST_REFILL_READINGS`."""
+
+        def write() -> Any:
+            client = self._connected()
+            if int(client.hlen(self._refills_key)) >= MOST_REFILL_READINGS:
+                return False
+            for refill_id, reading in readings.items():
+                if reading == "window":
+                    client.hset(self._refills_key, refill_id, reading)
+                else:
+                    client.hsetnx(self._refills_key, refill_id, reading)
+            return True
+
+        self._call_with(now, write, bool)
+        with self._drains_lock:
+            self._drains_read = (-math.inf, None)  # the next read sees it at once
 
     def forget_credential(self, credential: str, scope: str | None, now: float) -> None:
         """Remove the credential's shared entries (one scope's, or all of them), and note

@@ -37,7 +37,12 @@ class Attempt(NamedTuple):
     probe: bool
     shared: SharedAttempt | None = None
     account: bytes | None = None  # account digest + scope digest, for a key in an account
+    refilled: Refilled | None = None  # the counter only its continuous refill had room in
 
+
+Refilled = Literal["requests", "tokens"]
+"""A counter an attempt was admitted by only because it refills continuously: its owner's
+last answer showed it at 0 or short, and only the refill since gave it room."""
 
 Load = tuple[int, float, bool, float, float]
 """How busy a free key is for a scope: in flight, minus its token headroom (0 unknown),
@@ -257,10 +262,12 @@ class Admission:
         if len(expiry) > 2 * len(self._leases) + 64:  # finished attempts' items: drop them
             expiry[:] = [(held[1], token) for token, held in self._leases.items()]
             heapify(expiry)
+        owner = entry if account is None else account
+        refilled = self._refilled(owner, now, cost)  # before this attempt counts
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
         if account is not None:
             self._in_flight[account] = self._in_flight.get(account, 0) + 1
-        self._unseen.started(entry if account is None else account, token, now, cost or 0)
+        self._unseen.started(owner, token, now, cost or 0)
         _bounded_set(self._last_dispatch, entry, now)
         if shared is None:
             probe = entry in self._released or credential in self._released
@@ -268,7 +275,23 @@ class Admission:
             probe = shared[0]
         if probe:
             self._probing[entry] = token
-        return Attempt(token, entry, now, probe, None if shared is None else shared[1], account)
+        attempt_shared = None if shared is None else shared[1]
+        return Attempt(token, entry, now, probe, attempt_shared, account, refilled)
+
+    def _refilled(self, owner: bytes, now: float, cost: int | None) -> Refilled | None:
+        """The counter whose announced remaining, less what started since its stamp, had no
+        room for this attempt: only its refill (with the limit announced) admits it."""
+        budget = self._budgets.get(owner)
+        if budget is not None and budget.limit is not None and budget.reset > now:
+            spending, _ = self._unseen.since(owner, budget.announced, now)
+            if budget.remaining - spending < 1:
+                return "requests"
+        tokens = self._token_budgets.get(owner)
+        if tokens is not None and tokens.limit is not None and tokens.reset > now:
+            _, in_flight = self._unseen.since(owner, tokens.announced, now)
+            if tokens.remaining - in_flight < (1 if cost is None else cost):
+                return "tokens"
+        return None
 
     def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
         """The attempt's answer was recorded (or `send` raised): release its count and probe.

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, NamedTuple, Protocol
 
 from ..arguments import require_str
@@ -74,6 +75,7 @@ class OperatorMarks(NamedTuple):
 
     drained: frozenset[str]
     clears: dict[str, float]
+    refills: Mapping[str, str] = MappingProxyType({})  # refill id -> what was learned
 
 
 class SharedObservations(Protocol):
@@ -117,6 +119,14 @@ class SharedObservations(Protocol):
     def operator_marks(self, now: float) -> OperatorMarks | None: ...
 
     def forget_credential(self, credential: str, scope: str | None, now: float) -> None: ...
+
+    def mark_quota(self, credential: str, deadline: float, now: float) -> None: ...
+
+    def quota_marks(self, now: float) -> dict[str, float] | None: ...
+
+    def forget_quota(self, credential: str, now: float) -> None: ...
+
+    def note_refill(self, readings: Mapping[str, str], now: float) -> None: ...
 
 
 class Sharing(NamedTuple):

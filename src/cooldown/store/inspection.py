@@ -12,6 +12,7 @@ from .accounts import account_entries
 from .admission import Admission
 from .budget import DIGEST_SIZE
 from .parts import StoreParts
+from .quota_marks import held_by_quota
 from .scope import CallScope, call_scope
 from .selection import Lookup, Reason, gather
 
@@ -46,12 +47,12 @@ class Inspection(StoreParts):
     ) -> list[tuple[Reason | None, float]]:
         """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
 
-        The reason is the observation that holds the key longest: `"credential"`,
-        `"scope"` or `"legacy"`; for a scope, a key free of those is held by `"probe"` while
-        its probe is out and by `"budget"` while its announced request budget, or its
-        tokens for a request of `cost` (default: one token), are spent (its account's, with
-        `accounts` mapping a key to its account's label); a free key during an overflow is
-        held by `"capacity"`.
+        The reason is the observation that holds the key longest: `"credential"` (or
+        `"quota"` when that is a spent quota), `"scope"` or `"legacy"`; for a scope, a key
+        free of those is held by `"probe"` while its probe is out and by `"budget"` while
+        its announced request budget, or its tokens for a request of `cost` (default: one
+        token), are spent (its account's, with `accounts` mapping a key to its account's
+        label); a free key during an overflow is held by `"capacity"`.
         Counts nothing and raises no cooldown error: this is for operators, not routes.
         """
         scope = call_scope(
@@ -73,7 +74,7 @@ class Inspection(StoreParts):
             self._schedule.advance(current_time, ceiling)
             overflow = max(self._schedule.overflow_until, shared_overflow)
             self._admission.expire(current_time)
-            return explain_keys(
+            explained = explain_keys(
                 self._deadlines,
                 self._digest,
                 self._admission,
@@ -82,6 +83,31 @@ class Inspection(StoreParts):
                 overflow,
                 checked_cost,
             )
+        if any(reason == "credential" for reason, _ in explained):
+            self._name_quotas(lookup[1], lookup[2], explained, current_time)
+        return explained
+
+    def _name_quotas(
+        self,
+        prefix: bytes,
+        keys: Sequence[str],
+        explained: list[tuple[Reason | None, float]],
+        now: float,
+    ) -> None:
+        """A credential-wide hold that is a spent quota (here, or marked by another process)
+        is named `"quota"`; the shared marks are read outside the lock."""
+        sharing = self._shared
+        shared = None if sharing is None else sharing.backend.quota_marks(now)
+        with self._lock:
+            for position, (reason, release) in enumerate(explained):
+                if reason != "credential":
+                    continue
+                message = credential_message(prefix, keys[position])
+                until = self._quota.until(self._digest(message))
+                if sharing is not None and shared:
+                    until = max(until, shared.get(sharing.digest(message).hex(), 0.0))
+                if held_by_quota(until, release):
+                    explained[position] = ("quota", release)
 
     def scoped_counts(
         self, provider: str, keys: Sequence[str], *, now: float | None = None

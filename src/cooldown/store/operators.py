@@ -61,10 +61,18 @@ class KeyActions(StoreParts):
         if sharing is not None:  # no lock across the round trip
             sharing.backend.drain(sharing.digest(message).hex(), resolve_now(now), drained=drained)
 
-    def drained_keys(self, provider: str, keys: list[str], *, now: float | None = None) -> set[str]:
+    def drained_keys(
+        self,
+        provider: str,
+        keys: list[str],
+        *,
+        now: float | None = None,
+        cleared: list[str] | None = None,
+    ) -> set[str]:
         """Which of `keys` are drained: the fleet's drains while Redis answers, else this
         store's own. Another process's clear of one of them reaches this store's own
-        entries here. Without any drain or clear, no digest is computed."""
+        entries here (and is added to `cleared`, for the pool's own rests). Without any
+        drain or clear, no digest is computed."""
         sharing = self._shared
         shared = None
         if sharing is not None:
@@ -72,8 +80,10 @@ class KeyActions(StoreParts):
             if marks is not None:
                 shared = marks.drained
                 if marks.clears and marks is not self._fleet_marks:
-                    self._follow_clears(sharing, provider, keys, marks.clears)
+                    followed = self._follow_clears(sharing, provider, keys, marks.clears)
                     self._fleet_marks = marks
+                    if cleared is not None:
+                        cleared.extend(followed)
         if not (self._drained or shared):
             return set()
         prefix = credential_prefix(provider)
@@ -104,23 +114,26 @@ class KeyActions(StoreParts):
         sharing = self._shared
         if sharing is not None:  # no lock across the round trip
             shared_scope = None if scoped is None else sharing.digest(scoped).hex()
-            sharing.backend.forget_credential(
-                sharing.digest(message).hex(), shared_scope, resolve_now(now)
-            )
+            shared_id = sharing.digest(message).hex()
+            sharing.backend.forget_credential(shared_id, shared_scope, resolve_now(now))
+            if scoped is None:
+                sharing.backend.forget_quota(shared_id, resolve_now(now))
 
     def _forget_local(self, matches: Callable[[bytes], bool]) -> None:
         with self._lock:
             for entry in [entry for entry in self._deadlines if matches(entry)]:
                 self._schedule.discard(entry)
             self._admission.forget(matches)
+            self._quota.forget(matches)
 
     def _follow_clears(
         self, sharing: Sharing, provider: str, keys: list[str], clears: Mapping[str, float]
-    ) -> None:
+    ) -> list[str]:
         """Drop this store's own entries of each key another process cleared since (every
-        scope of it: the shared state keeps what that clear did not touch)."""
+        scope of it: the shared state keeps what that clear did not touch); the keys."""
         prefix = credential_prefix(provider)
         followed: set[bytes] = set()
+        keys_followed = []
         for key in keys:
             message = credential_message(prefix, key)
             shared_id = sharing.digest(message).hex()
@@ -134,5 +147,7 @@ class KeyActions(StoreParts):
                 self._clears_followed.clear()
             self._clears_followed[shared_id] = latest
             followed.add(self._digest(message))
+            keys_followed.append(key)
         if followed:
             self._forget_local(lambda entry: entry[:DIGEST_SIZE] in followed)
+        return keys_followed

@@ -7,6 +7,7 @@ import threading
 from ..digests import PreparedHmac
 from .admission import Admission
 from .backend import Sharing
+from .quota_marks import QuotaMarks
 from .schedule import DeadlineSchedule
 from .waiting import KeyWaiters
 
@@ -23,6 +24,7 @@ class StoreParts:
     _admission: Admission
     _shared: Sharing | None
     _waiters: KeyWaiters
+    _quota: QuotaMarks  # which credential-wide cooldowns are spent quotas
     _escalated_total: int
     _exhausted_total: int
     _capacity_rejections_total: int

@@ -18,6 +18,7 @@ from ..arguments import (
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import ModelCooldownExhausted
 from ..evidence.outcome import UpstreamOutcome
+from ..evidence.quota import QUOTA_SPENT
 from ..forksafe import new_lock
 from .admission import ORDERS, Admission, Attempt, Order
 from .attempts import Attempts, ending_attempt
@@ -25,6 +26,8 @@ from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
 from .inspection import Inspection
 from .operators import KeyActions
+from .quota_marks import QuotaMarks
+from .refills import RefillReadings
 from .schedule import DeadlineSchedule
 from .selection import Selection
 from .waiting import SHARED_RECHECK_SECONDS, KeyWaiters
@@ -71,7 +74,7 @@ def _entry_parts(
     return ()
 
 
-class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
+class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings):
     """Cooldown deadlines per (credential, model or bucket), bounded and safe to share.
 
     Keys, models and bucket names are reduced to HMAC digests under a salt that never
@@ -112,6 +115,8 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
         self._shared: Sharing | None = None
         self._drained: set[bytes] = set()  # credential digests an operator drained
         self._waiters = KeyWaiters()
+        self._quota = QuotaMarks(MAX_ENTRIES)
+        self._refills = {}
         self._fleet_marks: object = None
         self._clears_followed: dict[str, float] = {}
 
@@ -155,6 +160,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
 
         A success clears a scope's cooldown only when its attempt started (`sent_at`,
         default: now) after that cooldown was recorded: a stale 200 never reopens a key.
+        A spent quota (`QUOTA_SPENT`, credential-wide) is marked as such for operators.
         """
         parts = _entry_parts(
             provider, credential, outcome, model, quota_bucket, credential_wide_auth
@@ -164,6 +170,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
         given_now = None if now is None else resolve_now(now)  # a bad clock fails first
         started = None if sent_at is None else resolve_now(sent_at, "sent_at")
         health = outcome.credential_health
+        quota = outcome.reason == QUOTA_SPENT.reason and credential_wide_auth
         cooling = delay(retry_after_seconds, fallback, ceiling)
         escalated = False
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
@@ -184,6 +191,8 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
                 )
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
+                elif quota:
+                    self._quota.marked(entry, deadline, current_time)
                 else:
                     escalated = len(parts) > 1
                     parts = parts[:1]  # escalated: shared as the credential-wide entry too
@@ -207,6 +216,8 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
                 sharing.backend.record(shared_entry, current_time + cooling, current_time, ceiling)
             if escalated:
                 sharing.backend.add_to_fleet("escalated_total", current_time)
+            if quota:  # rare: its own round trip, so every worker names it
+                sharing.backend.mark_quota(shared_entry, current_time + cooling, current_time)
         return deadline
 
     def _store(self, entry: bytes, deadline: float) -> tuple[bytes, float]:
@@ -288,6 +299,8 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions):
             self._budget.clear()
             self._admission.clear()
             self._drained.clear()
+            self._quota.clear()
+            self._refills.clear()
             self._clears_followed.clear()
             self._fleet_marks = None
             self._escalated_total = 0

@@ -51,7 +51,7 @@ Lookup: TypeAlias = tuple[
 """One selection-style call's checked arguments and the shared answer; a plain tuple, cheap
 on the hot path."""
 
-Reason: TypeAlias = Literal["credential", "scope", "legacy", "probe", "budget", "capacity"]
+Reason: TypeAlias = Literal["credential", "quota", "scope", "legacy", "probe", "budget", "capacity"]
 """Why a key is not selectable: the observation that holds it longest (see `explain`)."""
 _Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
 

@@ -1,0 +1,65 @@
+"""Spent quotas in the shared state: which credential-wide cooldowns are quotas, so every
+worker's status names them as such."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["QUOTA_KEY", "SharedQuotaMarks"]
+
+QUOTA_KEY = "quota"
+"""`{prefix}:quota`: a sorted set of credential ids whose quota is spent, by deadline."""
+
+_MOST_MARKS = 10000  # as many as the deadline table holds entries
+
+
+class SharedQuotaMarks:
+    """Mixed into `RedisObservations`: mark a spent quota, read the live ones, forget one."""
+
+    _call_with: Callable[..., Any]
+    _connected: Callable[[], Any]
+    _to_wall_ms: Callable[[float], int]
+    _to_monotonic: Callable[[Any], float]
+
+    def _start_quota_marks(self, prefix: str) -> None:
+        self._quota_key = f"{{{prefix}}}:{QUOTA_KEY}"
+
+    def mark_quota(self, credential: str, deadline: float, now: float) -> None:
+        """Note the credential's cooldown until `deadline` as a spent quota (the expired
+        marks go, and the oldest beyond the cap); lost when Redis is down."""
+
+        def write() -> Any:
+            pipeline = self._connected().pipeline(transaction=False)
+            pipeline.zadd(self._quota_key, {credential: self._to_wall_ms(deadline)})
+            pipeline.zremrangebyscore(self._quota_key, "-inf", self._to_wall_ms(now))
+            pipeline.zremrangebyrank(self._quota_key, 0, -_MOST_MARKS - 1)
+            return pipeline.execute()
+
+        self._call_with(now, write, bool)
+
+    def quota_marks(self, now: float) -> dict[str, float] | None:
+        """Each live mark's credential id and deadline (monotonic); `None` when Redis does
+        not answer. Junk members or scores (Redis is shared with other programs) are skipped."""
+
+        def fetch() -> Any:
+            return self._connected().zrangebyscore(
+                self._quota_key, f"({self._to_wall_ms(now)}", "+inf", withscores=True
+            )
+
+        def read(answer: Any) -> dict[str, float]:
+            marks = {}
+            for member, wall_ms in answer:
+                try:
+                    text = member.decode("ascii") if isinstance(member, bytes) else str(member)
+                    marks[text] = self._to_monotonic(wall_ms)
+                except (TypeError, ValueError):
+                    continue
+            return marks
+
+        marks: dict[str, float] | None = self._call_with(now, fetch, read)
+        return marks
+
+    def forget_quota(self, credential: str, now: float) -> None:
+        """An operator cleared the credential: its quota is no longer spent."""
+        self._call_with(now, lambda: self._connected().zrem(self._quota_key, credential), bool)

@@ -1,0 +1,183 @@
+"""How a provider's announced limits come back: continuously until one answer proves windows
+(one 429 per provider and model teaches it, fleet-wide with sharing), or as `register` fixed."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cooldown import CredentialPool, ModelCooldown, ModelCooldownExhausted, model_cooldown
+from cooldown.shared.observations import RedisObservations
+
+P = "refilling"
+KEY = "sk-refill-0123456789"
+LIMIT = 2
+SECRET = "refill-readings-secret-" + "r" * 32
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        self.status_code, self.headers = status, headers
+
+
+class FixedWindow:
+    """A provider allowing `LIMIT` requests per 60 s window, announcing its limit as OpenAI
+    does; `refills=True` makes it a bucket that refills continuously instead."""
+
+    def __init__(self, *, refills: bool = False) -> None:
+        self.refills = refills
+        self.sent: list[tuple[float, int]] = []
+        self.window = -1
+        self.used = 0
+        self.tokens = float(LIMIT)
+        self.last = 0.0
+
+    def send_at(self, now: float) -> Any:
+        def send(key: str) -> Answer:
+            reset = 60 - now % 60
+            if self.refills:
+                self.tokens = min(LIMIT, self.tokens + (now - self.last) * LIMIT / 60)
+                self.last = now
+                admitted = self.tokens >= 1
+                self.tokens -= 1 if admitted else 0
+                remaining = int(self.tokens)
+                reset = (LIMIT - self.tokens) * 60 / LIMIT
+            else:
+                if int(now // 60) != self.window:
+                    self.window, self.used = int(now // 60), 0
+                admitted = self.used < LIMIT
+                self.used += 1 if admitted else 0
+                remaining = LIMIT - self.used
+            status = 200 if admitted else 429
+            self.sent.append((now, status))
+            headers = {
+                "x-ratelimit-limit-requests": str(LIMIT),
+                "x-ratelimit-remaining-requests": str(remaining),
+                "x-ratelimit-reset-requests": f"{reset:.3f}s",
+            }
+            return Answer(status, headers)
+
+        return send
+
+    def throttles(self) -> int:
+        return sum(1 for _, status in self.sent if status == 429)
+
+
+def drive(pool: Any, provider: FixedWindow, seconds: range, model: str = "m") -> None:
+    """One dispatch each second; our own 429 (every key cooling) sends nothing."""
+    for now in seconds:
+        with contextlib.suppress(ModelCooldownExhausted):
+            pool.dispatch(P, provider.send_at(float(now)), model=model, now=float(now))
+
+
+@pytest.fixture(autouse=True)
+def unregister(enabled: None) -> Iterator[None]:
+    yield
+    CredentialPool._providers.pop(P, None)
+    CredentialPool._refill.pop(P, None)
+
+
+def test_a_fixed_window_is_learned_from_one_429_and_never_overrun_again() -> None:
+    CredentialPool.register(P, keys=[KEY])
+    assert CredentialPool.status(P)["refill"] == "unknown"
+    provider = FixedWindow()
+    drive(CredentialPool, provider, range(0, 600))
+    assert provider.throttles() == 1  # the one that taught it
+    assert CredentialPool.status(P)["refill"] == "window"
+    served = sum(1 for _, status in provider.sent if status == 200)
+    assert served == 2 * 10  # every window used up, none overrun
+    assert model_cooldown.refill_reading(P, "m", None) == "window"
+    assert model_cooldown.refill_reading(P, "another model", None) == "continuous"
+
+
+def test_the_429_that_teaches_holds_the_key_until_the_reset() -> None:
+    CredentialPool.register(P, keys=[KEY])
+    provider = FixedWindow()
+    drive(CredentialPool, provider, range(0, 60))
+    assert [now for now, _ in provider.sent] == [0, 1, 31]  # 31: one back by the refill
+    assert provider.sent[-1][1] == 429
+
+
+def test_a_continuous_provider_is_read_as_such_and_served_by_its_refill() -> None:
+    CredentialPool.register(P, keys=[KEY])
+    provider = FixedWindow(refills=True)
+    drive(CredentialPool, provider, range(0, 300))
+    assert provider.throttles() == 0
+    assert CredentialPool.status(P)["refill"] == "continuous"
+    served = sum(1 for _, status in provider.sent if status == 200)
+    assert served >= 2 + 300 * LIMIT // 60 - 1  # the refill is used, not the whole window
+
+
+def test_register_fixes_the_reading_and_nothing_is_learned() -> None:
+    CredentialPool.register(P, keys=[KEY], refill="window")
+    provider = FixedWindow()
+    drive(CredentialPool, provider, range(0, 180))
+    assert provider.throttles() == 0  # no early request: a window from the first answer
+    assert CredentialPool.status(P)["refill"] == "window"
+    CredentialPool.register(P, keys=[KEY], refill="continuous")
+    model_cooldown.reset()
+    drive(CredentialPool, provider, range(180, 600))
+    assert provider.throttles() > 1  # told continuous: every early request stays
+    assert CredentialPool.status(P)["refill"] == "continuous"
+    assert model_cooldown.provider_refill(P) == "unknown"
+
+
+@pytest.mark.parametrize("refill", ["sometimes", "", True, None, 1])
+def test_any_other_refill_is_a_value_error(refill: object) -> None:
+    with pytest.raises(ValueError, match="refill"):
+        CredentialPool.register(P, keys=[KEY], refill=refill)  # type: ignore[arg-type]
+
+
+def test_reset_forgets_learned_readings() -> None:
+    CredentialPool.register(P, keys=[KEY])
+    drive(CredentialPool, FixedWindow(), range(0, 61))
+    assert CredentialPool.status(P)["refill"] == "window"
+    model_cooldown.reset()
+    assert CredentialPool.status(P)["refill"] == "unknown"
+    assert model_cooldown.refill_reading(P, "m", None) == "continuous"
+
+
+def test_pool_objects_learn_for_themselves() -> None:
+    pool = CredentialPool()
+    pool.register(P, keys=[KEY])
+    CredentialPool.register(P, keys=[KEY])
+    drive(pool, FixedWindow(), range(0, 61))
+    assert pool.status(P)["refill"] == "window"
+    assert CredentialPool.status(P)["refill"] == "unknown"
+
+
+# -- across processes ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fleet(redis_url: str, prefix: str) -> Iterator[list[CredentialPool]]:
+    pools = []
+    for _ in range(2):
+        store = ModelCooldown()
+        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
+        pool = CredentialPool(store=store)
+        pool.register(P, keys=[KEY])
+        pools.append(pool)
+    yield pools
+    for pool in pools:
+        backend = pool.store.detach_shared()
+        assert isinstance(backend, RedisObservations)
+        backend.close()
+
+
+def test_a_window_learned_in_one_process_holds_in_another(fleet: list[CredentialPool]) -> None:
+    first, second = fleet
+    base = time.monotonic()
+    provider = FixedWindow()
+    for offset in range(0, 61):  # the first process learns, on the provider's clock
+        with contextlib.suppress(ModelCooldownExhausted):
+            first.dispatch(P, provider.send_at(float(offset)), model="m", now=base + offset)
+    assert provider.throttles() == 1
+    later = base + 61  # past the quarter second the fleet's read is reused
+    assert second.store.refill_reading(P, "m", None, now=later) == "window"
+    assert second.status(P, now=later)["refill"] == "window"
+    assert second.store.refill_reading(P, "other", None, now=later) == "continuous"
