@@ -236,6 +236,23 @@ def test_the_page_shows_each_key_and_why(gateway: str, browser: DevTools, tmp_pa
     assert not [path for path in SEEN_PATHS if "gpt-4o" in path]  # names went in POST bodies
 
 
+def test_a_key_out_of_quota_is_named_plainly(gateway: str, browser: DevTools) -> None:
+    CredentialPool.record(P, KEYS[0], 402, model="another model")  # its credit is gone
+    look_up_gpt_4o(browser, gateway)
+    rows = wait_for(
+        browser, f"(() => {{ const r = {TABLE}; return r.length === 3 ? r : null; }})()"
+    )
+    assert rows[0][:3] == [
+        "Key 1",
+        "cooling",
+        "out of quota (credit or a daily limit): add credit, or clear it after topping up",
+    ]
+    assert 3595 <= int(rows[0][3].removesuffix(" s")) <= 3600  # for every model, an hour
+    page_text = browser.evaluate("document.body.innerText")
+    assert "the key and its account cool for every model" in page_text  # the legend
+    assert KEYS[0] not in page_text
+
+
 MATRIX = """
 (() => {
   if (document.getElementById("matrix-section").hidden) return null;

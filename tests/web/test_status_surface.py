@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from flask import Blueprint, Flask
@@ -219,23 +220,32 @@ def test_the_cli_reads_a_running_gateway(
     assert "401" in refused.output
 
 
-def test_the_cli_reads_the_shared_state(
-    app: Flask,
+@pytest.fixture
+def server_sharing_redis(
     monkeypatch: pytest.MonkeyPatch,
     redis_url: str,
     prefix: str,
     worker_processes: Callable[..., list],  # type: ignore[type-arg]
-) -> None:
+) -> Any:
+    """A gateway process holding the three keys, sharing its state through Redis with this
+    process (whose settings now name the same Redis)."""
     shared = {
         "MODEL_COOLDOWN_ENABLED": "true",
         "MODEL_COOLDOWN_REDIS_URL": redis_url,
         "MODEL_COOLDOWN_REDIS_SECRET": "cli-secret-" + "x" * 30,
         "MODEL_COOLDOWN_REDIS_PREFIX": prefix,
     }
-    (server,) = worker_processes(1, {**shared, BASE: KEYS[0], f"{BASE}_1": KEYS[1]})
-    server("record", provider=P, key=KEYS[1], status=429, scope={"model": "gpt-4o"}, now=None)
+    keys = {BASE: KEYS[0], f"{BASE}_1": KEYS[1], f"{BASE}_2": KEYS[2]}
+    (server,) = worker_processes(1, {**shared, **keys})
     for name, value in shared.items():
         monkeypatch.setenv(name, value)
+    return server
+
+
+def test_the_cli_reads_the_shared_state(app: Flask, server_sharing_redis: Any) -> None:
+    server_sharing_redis(
+        "record", provider=P, key=KEYS[1], status=429, scope={"model": "gpt-4o"}, now=None
+    )
     result = app.test_cli_runner().invoke(args=["cooldown", "status", P, "--model", "gpt-4o"])
     assert result.exit_code == 0, result.output
     assert [key["state"] for key in json.loads(result.output)["keys"]] == [
@@ -249,6 +259,22 @@ def test_the_cli_reads_the_shared_state(
         1,
         0,
     ]
+
+
+def test_the_cli_names_a_quota_another_process_saw_spent(
+    app: Flask, server_sharing_redis: Any
+) -> None:
+    server_sharing_redis(
+        "record", provider=P, key=KEYS[2], status=402, scope={"model": "gpt-4o"}, now=None
+    )
+    result = app.test_cli_runner().invoke(args=["cooldown", "status", P, "--model", "o3"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["keys"]
+    assert [key["reason"] for key in rows] == [None, None, "quota"]  # every model
+    assert rows[2]["note"] == (
+        "out of quota (credit or a daily limit): add credit, or clear it after topping up"
+    )
+    assert not any(key in result.output for key in KEYS)
 
 
 # -- odd methods, odd bodies, odd tokens, redirects ---------------------------------------------

@@ -8,7 +8,7 @@ budgets end at their reset, and the maps that only order keys are capped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from itertools import islice
 from typing import Any, Literal, NamedTuple, TypeVar
@@ -16,7 +16,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 from .announced import Budget, Unseen
 from .backend import SharedAttempt
 
-__all__ = ["ORDERS", "Admission", "Admitted", "Attempt", "Claim", "Load", "Order"]
+__all__ = ["ORDERS", "Admission", "Admitted", "Attempt", "Load", "Order", "Refilled"]
 
 _Value = TypeVar("_Value")
 
@@ -331,71 +331,6 @@ Admitted = tuple[str, bytes, bytes, bytes | None]
 
 Order = Literal["configured", "spread"]
 ORDERS: tuple[Order, ...] = ("configured", "spread")
-
-
-class Claim:
-    """What `admit` asks `_choose` to take under its lock: the first free key not excluded.
-
-    `deferred` (shared state attached): take nothing, keep the free keys not excluded as
-    candidates for the shared admission, with what a 429 would need.
-    """
-
-    __slots__ = (
-        "candidates",
-        "ceiling",
-        "cost",
-        "deferred",
-        "earliest",
-        "exclude",
-        "excluded_free",
-        "lease",
-        "now",
-        "taken",
-    )
-
-    def __init__(
-        self,
-        exclude: frozenset[str],
-        lease: float,
-        *,
-        deferred: bool = False,
-        cost: int | None = None,
-    ) -> None:
-        self.exclude = exclude
-        self.lease = lease
-        self.cost = cost
-        self.deferred = deferred
-        self.taken: tuple[str, Attempt] | None = None
-        self.candidates: list[Admitted] = []
-        self.excluded_free = False
-        self.now = self.earliest = 0.0
-        self.ceiling = 0
-
-    def first_free_outside(self) -> frozenset[str] | None:
-        """What ends a configured-order scan early: any free key not excluded (the shared
-        admission needs every candidate, so a deferred claim ends nothing)."""
-        return None if self.deferred else self.exclude
-
-    def take(
-        self,
-        admitted: Sequence[Admitted],
-        admission: Admission,
-        now: float,
-        earliest: float,
-        ceiling: int,
-    ) -> None:
-        if self.deferred:
-            self.candidates = [item for item in admitted if item[0] not in self.exclude]
-            self.excluded_free = len(self.candidates) < len(admitted)
-            self.now, self.earliest, self.ceiling = now, earliest, ceiling
-            return
-        for key, credential, entry, account in admitted:
-            if key not in self.exclude:
-                attempt = admission.start(
-                    entry, credential, now, self.lease, cost=self.cost, account=account
-                )
-                self.taken = (key, attempt)
-                return
 
 
 def _subtract(counts: dict[bytes, int], entry: bytes, amount: int) -> None:

@@ -24,8 +24,9 @@ from ..digests import (
 )
 from ..errors import ModelCooldownCapacity
 from .accounts import account_entries
-from .admission import Attempt, Claim, Order
+from .admission import Attempt, Order
 from .backend import SharedAttempt, Sharing
+from .claims import Claim
 from .parts import StoreParts
 from .scope import CallScope, call_scope
 from .selection import exhausted, gather

@@ -18,8 +18,9 @@ from ..arguments import (
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
 from .accounts import account_entries, checked_labels
-from .admission import ORDERS, Admission, Admitted, Claim, Load, Order
+from .admission import ORDERS, Admission, Admitted, Load, Order
 from .backend import Sharing, shared_releases
+from .claims import Claim
 from .parts import StoreParts
 from .scope import CallScope, call_scope
 
