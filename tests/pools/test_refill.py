@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -181,3 +182,47 @@ def test_a_window_learned_in_one_process_holds_in_another(fleet: list[Credential
     assert second.store.refill_reading(P, "m", None, now=later) == "window"
     assert second.status(P, now=later)["refill"] == "window"
     assert second.store.refill_reading(P, "other", None, now=later) == "continuous"
+
+
+def test_a_reset_given_as_a_date_is_read_as_of_the_request_not_its_late_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Anthropic's reset is a moment: a budget kept as of its request's start must end at
+    that moment, not one latency later (that would hold the key past the window's opening)."""
+    clock = [1000.0]
+    wall = time.time()
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "time", lambda: wall + clock[0])
+    CredentialPool.register(P, keys=[KEY], refill="window")
+
+    def send(key: str) -> Answer:
+        decided = time.time()  # the provider decides, then answers 5 s later
+        clock[0] += 5
+        reset = datetime.fromtimestamp(decided + 10, tz=timezone.utc).isoformat()
+        headers = {
+            "anthropic-ratelimit-requests-limit": str(LIMIT),
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": reset,
+        }
+        return Answer(200, headers)
+
+    CredentialPool.dispatch(P, send, model="m")  # sent at 1000, answered at 1005
+    assert CredentialPool.available(P, model="m", now=1009.5) == []
+    assert CredentialPool.available(P, model="m", now=1010.5) == [KEY]  # the window opened
+
+
+def test_an_attempt_only_the_fleets_refill_admitted_teaches_the_window(
+    fleet: list[CredentialPool],
+) -> None:
+    """The second process never saw an answer: the shared budget says only its refill had
+    room, so its 429 teaches windows (and the first process reads them)."""
+    first, second = fleet
+    base = time.monotonic()
+    provider = FixedWindow()
+    for offset in (0, 1):  # the window's two requests, answered in the first process
+        first.dispatch(P, provider.send_at(float(offset)), model="m", now=base + offset)
+    with pytest.raises(ModelCooldownExhausted):  # its 429: now every key cools
+        second.dispatch(P, provider.send_at(31.0), model="m", now=base + 31)
+    assert provider.sent[-1] == (31.0, 429)
+    assert second.store.refill_reading(P, "m", None, now=base + 31) == "window"
+    assert first.store.refill_reading(P, "m", None, now=base + 32) == "window"

@@ -307,7 +307,10 @@ class _ScopedDispatch:
         checked: CheckedEvidence,
         advice: float | None,
     ) -> None:
-        received_at = time.time()
+        # A budget is kept as of its request's start, so a reset given as a moment (a date,
+        # a Unix time) is read from then: read from now, it would end early by the latency.
+        elapsed = max(0.0, resolve_now(self.scope.now) - attempt.started)
+        received_at = time.time() - elapsed
         tokens = token_budget(answer.headers, received_at) if answer.headers else None
         if tokens is not None:
             self._keep("tokens", key, tokens, attempt)

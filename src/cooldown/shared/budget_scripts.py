@@ -11,7 +11,8 @@ __all__ = ["KEEP_BUDGETS", "READ_BUDGETS"]
 
 # A budget: remaining at `announced`, until `reset`; with the limit, it refills
 # linearly towards it until the reset. Returns the level now, the reset, `when(need)`: when
-# `need` units are there, and the largest ever announced; nil when there is no live budget.
+# `need` units are there, the largest ever announced, and (when it refills) the remaining
+# as announced, before any refill; nil when there is no live budget.
 # A number that is not finite (tampered, or another program's) counts as absent.
 READ_BUDGETS = """
 local function finite(value)
@@ -26,15 +27,16 @@ local function budget(member)
   local refill = redis.call('HGET', KEYS[13], member) or ''
   local limit, announced, largest = string.match(refill, '^([^,]*),([^,]*),([^,]*)$')
   limit, announced, largest = finite(limit), finite(announced), finite(largest)
-  local level, when = remaining, function(need) return reset end
+  local level, when, announced_remaining = remaining, function(need) return reset end, nil
   if limit and announced and limit > remaining and reset > announced then
+    announced_remaining = remaining
     local span = reset - announced
     level = remaining + (limit - remaining) * math.min(1, math.max(0, now - announced) / span)
     when = function(need)
       return math.min(reset, announced + (need - remaining) * span / (limit - remaining))
     end
   end
-  return level, reset, when, largest or remaining
+  return level, reset, when, largest or remaining, announced_remaining
 end
 """
 

@@ -33,6 +33,7 @@ from ..store import ModelCooldown
 from ..store.backend import (
     FLEET_COUNTERS,
     Announced,
+    Refilled,
     SharedAttempt,
     SharedObservations,
     SharedStart,
@@ -153,7 +154,8 @@ class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
                 if not 0 < position <= len(candidates):
                     raise ValueError("the shared admission chose no candidate")
                 learned = self._learned(holds[0]) if holds else None
-                return SharedStart(position - 1, probe == 1, 0.0, [], lease, learned)
+                refilled = REFILLED.get(holds[1]) if len(holds) > 1 else None
+                return SharedStart(position - 1, probe == 1, 0.0, [], lease, learned, refilled)
             return SharedStart(
                 None,
                 False,
@@ -301,6 +303,9 @@ class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
                 self._live_read = (now, fresh)
         return fresh
 
+
+REFILLED: dict[object, Refilled] = {1: "requests", 2: "tokens"}
+"""What START's last answer says was admitted only by a budget's refill."""
 
 _Wanted = tuple[str, str, str, int]  # url, secret, prefix, timeout in milliseconds
 

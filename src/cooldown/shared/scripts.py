@@ -198,8 +198,9 @@ return result
 # candidate's token limit is held by no token budget and goes to the largest limit) and
 # counts it in flight, with its account's count and its cost, atomically for every
 # process. Returns {chosen position, 1 if it is the probe, false, its learned window or
-# false}, or, when none is admitted, {0, 0, overflow or false, then each candidate's hold:
-# 0 if free, else until when (ms)}.
+# false, 1 or 2 when only the refill of its request or token budget had room for it, else
+# 0}, or, when none is admitted, {0, 0, overflow or false, then each candidate's hold: 0 if
+# free, else until when (ms)}.
 START = (
     _COMMON
     + _PRUNE_DEADLINES
@@ -218,7 +219,7 @@ for i = 8, #ARGV, 3 do
     if not tokens or cost <= largest then oversize = false end
   end
 end
-local holds, best, best_load, best_count = {}, nil, nil, 0
+local holds, best, best_load, best_count, best_refilled = {}, nil, nil, 0, 0
 for i = 8, #ARGV, 3 do
   local position, entry, owner = (i - 5) / 3, ARGV[i + 1], ARGV[i + 2]
   local hold = math.max(trusted(KEYS[1], ARGV[i]) or 0, trusted(KEYS[1], entry) or 0)
@@ -228,21 +229,25 @@ for i = 8, #ARGV, 3 do
     if probe and redis.call('ZSCORE', KEYS[4], probe) then hold = now + 1000
     elseif probe then redis.call('HDEL', KEYS[5], entry) end
   end
-  local count, reset, weight = 0, nil, 0
+  local count, reset, weight, refilled = 0, nil, 0, 0
   if hold == 0 then
     count = in_flight(entry)
     local spending = owner == entry and count or in_flight(owner)
-    local level, ends, when = budget(owner)
+    local level, ends, when, _, announced = budget(owner)
     if level then
       reset = ends
-      if level - spending < 1 then hold = when(1 + spending) end
+      if level - spending < 1 then hold = when(1 + spending)
+      elseif announced and announced - spending < 1 then refilled = 1 end
     end
-    local tokens, _, tokens_when, largest = budget('t' .. owner)
+    local tokens, _, tokens_when, largest, tokens_announced = budget('t' .. owner)
     if tokens and oversize then weight = -largest
     elseif tokens then
       local held = cost_in_flight(owner)
       weight = held - tokens
-      if tokens - held < (cost or 1) then hold = math.max(hold, tokens_when((cost or 1) + held)) end
+      if tokens - held < (cost or 1) then hold = math.max(hold, tokens_when((cost or 1) + held))
+      elseif refilled == 0 and tokens_announced and tokens_announced - held < (cost or 1) then
+        refilled = 2
+      end
     end
   end
   holds[position] = hold
@@ -250,7 +255,7 @@ for i = 8, #ARGV, 3 do
     local load = {count, weight, reset and 0 or 1, reset or math.huge,
                   tonumber(redis.call('ZSCORE', KEYS[9], entry)) or -math.huge}
     if not best or lighter(load, best_load) then
-      best, best_load, best_count = position, load, count
+      best, best_load, best_count, best_refilled = position, load, count, refilled
     end
     if not spread then break end
   end
@@ -277,7 +282,7 @@ for _, id in ipairs({entry, credential}) do
   if released and released <= now then probe = 1 end
 end
 if probe == 1 then redis.call('HSET', KEYS[5], entry, member) end
-return {best, probe, false, redis.call('HGET', KEYS[11], entry)}
+return {best, probe, false, redis.call('HGET', KEYS[11], entry), best_refilled}
 """
 )
 

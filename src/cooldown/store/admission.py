@@ -14,7 +14,7 @@ from itertools import islice
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from .announced import Budget, Unseen
-from .backend import SharedAttempt
+from .backend import Refilled, SharedAttempt
 
 __all__ = ["ORDERS", "Admission", "Admitted", "Attempt", "Load", "Order", "Refilled"]
 
@@ -39,10 +39,6 @@ class Attempt(NamedTuple):
     account: bytes | None = None  # account digest + scope digest, for a key in an account
     refilled: Refilled | None = None  # the counter only its continuous refill had room in
 
-
-Refilled = Literal["requests", "tokens"]
-"""A counter an attempt was admitted by only because it refills continuously: its owner's
-last answer showed it at 0 or short, and only the refill since gave it room."""
 
 Load = tuple[int, float, bool, float, float]
 """How busy a free key is for a scope: in flight, minus its token headroom (0 unknown),
@@ -247,7 +243,7 @@ class Admission:
         credential: bytes,
         now: float,
         lease: float,
-        shared: tuple[bool, SharedAttempt] | None = None,
+        shared: tuple[bool, SharedAttempt, Refilled | None] | None = None,
         cost: int | None = None,
         account: bytes | None = None,
     ) -> Attempt:
@@ -264,6 +260,8 @@ class Admission:
             heapify(expiry)
         owner = entry if account is None else account
         refilled = self._refilled(owner, now, cost)  # before this attempt counts
+        if shared is not None and shared[2] is not None:  # the fleet's budgets say so
+            refilled = shared[2]
         self._in_flight[entry] = self._in_flight.get(entry, 0) + 1
         if account is not None:
             self._in_flight[account] = self._in_flight.get(account, 0) + 1

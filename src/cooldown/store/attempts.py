@@ -168,7 +168,7 @@ class Attempts(StoreParts):
                     credential,
                     now,
                     claim.lease,
-                    (answer.probe, shared),
+                    (answer.probe, shared, answer.refilled),
                     claim.cost,
                     account,
                 )

@@ -35,7 +35,12 @@ class SharedStart(NamedTuple):
     holds: list[float]  # per candidate: until when it is held (0.0: free), when none was admitted
     lease: str  # the attempt's lease in the shared state, to end it with
     learned: LearnedWindow | None = None  # the fleet's estimate for the admitted key's scope
+    refilled: Refilled | None = None  # the counter only its refill had room in, fleet-wide
 
+
+Refilled = Literal["requests", "tokens"]
+"""A counter an attempt was admitted by only because it refills continuously: its owner's
+last answer showed it at 0 or short, and only the refill since gave it room."""
 
 Announced = tuple[int, float, int | None]
 """A budget as an answer announced it: remaining, reset (monotonic), the limit if given."""
