@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
-from typing import Literal, TypeAlias, TypedDict
+from typing import TypeAlias, TypedDict
 from urllib.parse import unquote
 
 from ..arguments import wall_clock
@@ -25,14 +25,6 @@ __all__ = [
 ]
 
 QUOTA_BUCKETS_CONFIG = "MODEL_COOLDOWN_QUOTA_BUCKETS"
-
-Refill: TypeAlias = Literal["continuous", "window"]
-"""How a provider's announced limit comes back: continuously, or all at once at its reset."""
-REFILLS: tuple[Refill, ...] = ("continuous", "window")
-RefillSetting: TypeAlias = Literal["auto", "continuous", "window"]
-"""How `register` fixes a provider's reading; `"auto"` learns it from the answers."""
-REFILL_SETTINGS: tuple[RefillSetting, ...] = ("auto", *REFILLS)
-
 
 QuotaBuckets: TypeAlias = Mapping[str, str | Mapping[str, str]]
 

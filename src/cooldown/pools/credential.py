@@ -9,10 +9,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..arguments import resolve_now
-from ..evidence.advice import REFILL_SETTINGS, QuotaBuckets, RefillSetting
+from ..evidence.advice import QuotaBuckets
 from ..evidence.learn import WindowLearner, window_learner
 from ..forksafe import new_lock
 from ..store import ModelCooldown, Order, model_cooldown
+from ..store.refills import REFILL_SETTINGS, RefillSetting
 from ._common import (
     scoped_settings,
     shared_state_configured,

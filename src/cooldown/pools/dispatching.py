@@ -17,8 +17,6 @@ from ..errors import ModelCooldownExhausted
 from ..evidence.advice import (
     QuotaBuckets,
     RecordingContext,
-    Refill,
-    RefillSetting,
     SelectionScope,
     recording_context,
     selection_scope,
@@ -27,6 +25,7 @@ from ..evidence.answers import Answer
 from ..evidence.quota import QUOTA_SPENT, QuotaSpent, sdk_quota_spent
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
 from ..store import Attempt, CallScope, Order
+from ..store.refills import Refill, RefillSetting
 from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation

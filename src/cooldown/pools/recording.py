@@ -7,12 +7,12 @@ from collections.abc import Mapping
 
 from ..arguments import resolve_now
 from ..config import CooldownSettings, warn_once
-from ..evidence.advice import RefillSetting
 from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
 from ..evidence.quota import QUOTA_SPENT
 from ..store import CallScope
+from ..store.refills import RefillSetting
 from ._common import (
     CheckedEvidence,
     check_evidence,

@@ -12,14 +12,25 @@ from typing import Literal
 
 from ..arguments import resolve_now
 from ..digests import credential_prefix, refill_message, scope_message
-from ..evidence.advice import Refill
 from .parts import StoreParts
 
-__all__ = ["MAX_READINGS", "ProviderRefill", "RefillReadings"]
+__all__ = [
+    "MAX_READINGS",
+    "REFILL_SETTINGS",
+    "ProviderRefill",
+    "Refill",
+    "RefillReadings",
+    "RefillSetting",
+]
 
 MAX_READINGS = 10000
 """Readings one store keeps at most; beyond it nothing more is learned (the default stands)."""
 
+Refill = Literal["continuous", "window"]
+"""How a provider's announced limit comes back: continuously, or all at once at its reset."""
+RefillSetting = Literal["auto", "continuous", "window"]
+"""How `register` fixes a provider's reading; `"auto"` learns it from the answers."""
+REFILL_SETTINGS: tuple[RefillSetting, ...] = ("auto", "continuous", "window")
 ProviderRefill = Literal["continuous", "window", "unknown"]
 
 
