@@ -52,10 +52,11 @@ def pool_status(
     *,
     key_labels: Sequence[str],
     drained: Sequence[bool],
+    refill: ProviderRefill = "unknown",
 ) -> PoolStatus:
     """JSON-ready status from `ModelCooldown.explain`-style `(reason, release)` pairs and
     `ModelCooldown.scoped_counts`, with each key's account label (`labels`, in key order),
-    its operator label and whether it is drained."""
+    its operator label and whether it is drained, and how the provider's limits refill."""
     keys: list[KeyStatus] = []
     for position, ((reason, release), count, label, out) in enumerate(
         zip(explained, scoped, key_labels, drained, strict=True), start=1
@@ -86,7 +87,7 @@ def pool_status(
             1 for key in keys if key["state"] == "ready" and key["scoped_cooldowns"]
         ),
         "accounts_cooling": _accounts_cooling(keys),
-        "refill": "unknown",
+        "refill": refill,
     }
 
 
@@ -117,64 +118,38 @@ def keys_status(
     """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
     on both paths, how many models each key cools for, and its account; how the provider's
     limits refill (`refill` as fixed, else what the store learned)."""
-    status = _keys_status(
-        store, provider, keys, rests, current, model, quota_bucket, now, accounts, cost
-    )
-    status["refill"] = store.provider_refill(provider, now=now) if refill is None else refill
-    return status
-
-
-def _keys_status(
-    store: ModelCooldown,
-    provider: str,
-    keys: Sequence[str],
-    rests: Mapping[str, float],
-    current: CooldownSettings | None,
-    model: str | None,
-    quota_bucket: str | None,
-    now: float,
-    accounts: Mapping[str, str] | None,
-    cost: int | None,
-) -> PoolStatus:
     labels = [(accounts or {}).get(key) for key in keys]
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
         share_when_configured(store, configured)
     scoped = store.scoped_counts(provider, keys, now=now)
     drained = store.drained_keys(provider, list(keys), now=now)
-    key_labels = [store.label(provider, key) for key in keys]
-    out = [key in drained for key in keys]
+    explained: Sequence[tuple[Reason | None, float]]
     if current is None:  # unscoped: the pool's own rests decide, and with the feature on
+        ceiling = LARGEST_MAX_SECONDS
         wide: Sequence[tuple[Reason | None, float]] = [(None, 0.0)] * len(keys)
         if configured.enabled:  # a credential-wide rejection another worker saw, too
-            wide = store.explain(provider, keys, max_seconds=LARGEST_MAX_SECONDS, now=now)
-        legacy: list[tuple[Reason | None, float]] = [
+            wide = store.explain(provider, keys, max_seconds=ceiling, now=now)
+        explained = [
             ("legacy", rests[key])
             if _rest_holds(rests.get(key), reason, release)
             else (reason, release)
             for key, (reason, release) in zip(keys, wide, strict=True)
         ]
-        return pool_status(
-            provider,
-            legacy,
-            scoped,
-            now,
-            LARGEST_MAX_SECONDS,
-            labels,
-            key_labels=key_labels,
-            drained=out,
-        )
-    scope = CallScope(provider, model, quota_bucket, now, current.max_seconds, accounts, cost=cost)
-    explained = store.explain(scope, keys, legacy_rest_until=rests)
+    else:
+        ceiling = current.max_seconds
+        scope = CallScope(provider, model, quota_bucket, now, ceiling, accounts, cost=cost)
+        explained = store.explain(scope, keys, legacy_rest_until=rests)
     return pool_status(
         provider,
         explained,
         scoped,
         now,
-        current.max_seconds,
+        ceiling,
         labels,
-        key_labels=key_labels,
-        drained=out,
+        key_labels=[store.label(provider, key) for key in keys],
+        drained=[key in drained for key in keys],
+        refill=store.provider_refill(provider, now=now) if refill is None else refill,
     )
 
 
