@@ -248,6 +248,31 @@ def prefix(redis_url: str) -> Iterator[str]:
     delete_prefix(redis_url, name)
 
 
+SHARED_SECRET = "attempts-secret-" + "q" * 40
+"""The one secret every store `process` attaches with: one fleet, one set of ids."""
+
+
+@pytest.fixture
+def process(redis_url: str, prefix: str) -> Iterator[Callable[[], ModelCooldown]]:
+    """A new store attached to the test's Redis and prefix: one more gateway process."""
+    from cooldown.shared.observations import RedisObservations  # needs the [redis] extra
+
+    stores: list[ModelCooldown] = []
+
+    def start() -> ModelCooldown:
+        store = ModelCooldown()
+        backend = RedisObservations(redis_url, prefix=prefix)
+        store.attach_shared(backend, secret=SHARED_SECRET.encode())
+        stores.append(store)
+        return store
+
+    yield start
+    for store in stores:
+        backend = store.detach_shared()
+        assert isinstance(backend, RedisObservations)
+        backend.close()
+
+
 @pytest.fixture
 def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the Redis scripts this process runs from now on, one per round trip."""

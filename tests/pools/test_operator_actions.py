@@ -6,16 +6,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from cooldown import CredentialPool, ModelCooldown, ModelCooldownExhausted, model_cooldown
-from cooldown.shared.observations import RedisObservations
 
 P = "operated"
 KEYS = ["sk-operated-one-0123456789", "sk-operated-two-0123456789", "sk-operated-three-012345"]
-SECRET = "operator-actions-secret-" + "s" * 32
 
 
 class Answer:
@@ -153,21 +151,6 @@ def test_a_drain_in_one_pool_object_leaves_another_alone(enabled: None) -> None:
 # -- fleet-wide --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fleet(redis_url: str, prefix: str) -> Iterator[list[ModelCooldown]]:
-    """Two more processes' stores, attached under the test's prefix with one secret."""
-    stores = []
-    for _ in range(2):
-        store = ModelCooldown()
-        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
-        stores.append(store)
-    yield stores
-    for store in stores:
-        backend = store.detach_shared()
-        assert isinstance(backend, RedisObservations)
-        backend.close()
-
-
 def pool_over(store: ModelCooldown) -> CredentialPool:
     pool = CredentialPool(store=store)
     pool.register(P, keys=KEYS)
@@ -175,30 +158,24 @@ def pool_over(store: ModelCooldown) -> CredentialPool:
 
 
 def test_a_drain_holds_in_every_process_and_survives_a_restart(
-    enabled: None, fleet: list[ModelCooldown], redis_url: str, prefix: str
+    enabled: None, process: Callable[[], ModelCooldown]
 ) -> None:
-    first, second = (pool_over(store) for store in fleet)
+    first, second = (pool_over(process()) for _ in range(2))
     label = first.status(P)["keys"][0]["label"]
     assert second.status(P)["keys"][0]["label"] == label  # one secret: one label fleet-wide
     first.drain(P, label)
     later = time.monotonic() + 1  # past the quarter second a read of the fleet's drains holds
     assert second.available(P, model="m", now=later) == KEYS[1:]
-    restarted = ModelCooldown()  # a worker that started after the drain
-    restarted.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
-    try:
-        assert pool_over(restarted).available(P, model="m") == KEYS[1:]
-        second.undrain(P, label)
-        assert first.available(P, model="m", now=later + 1) == KEYS
-    finally:
-        backend = restarted.detach_shared()
-        assert isinstance(backend, RedisObservations)
-        backend.close()
+    restarted = process()  # a worker that started after the drain
+    assert pool_over(restarted).available(P, model="m") == KEYS[1:]
+    second.undrain(P, label)
+    assert first.available(P, model="m", now=later + 1) == KEYS
 
 
 def test_a_clear_in_one_process_reopens_the_key_in_another(
-    enabled: None, fleet: list[ModelCooldown]
+    enabled: None, process: Callable[[], ModelCooldown]
 ) -> None:
-    first, second = (pool_over(store) for store in fleet)
+    first, second = (pool_over(process()) for _ in range(2))
     first.record(P, KEYS[0], 429, model="m", retry_after_seconds=300)
     first.record(P, KEYS[1], 429, model="m", retry_after_seconds=300)
     first.record(P, KEYS[2], 401, model="m")

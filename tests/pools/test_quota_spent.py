@@ -7,7 +7,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -22,12 +22,10 @@ from cooldown import (
     QuotaSpent,
     google_quota_spent,
 )
-from cooldown.shared.observations import RedisObservations
 
 P = "quota-spent"
 KEYS = ["sk-quota-a-one-0123456789", "sk-quota-a-two-0123456789", "sk-quota-b-one-0123456789"]
 ACCOUNTS = {"team-a": [1, 2], "team-b": [3]}
-SECRET = "quota-spent-secret-" + "q" * 32
 NOTE = "out of quota (credit or a daily limit): add credit, or clear it after topping up"
 
 
@@ -234,19 +232,12 @@ def test_the_flag_off_keeps_the_legacy_rest_for_a_402(monkeypatch: pytest.Monkey
 
 
 @pytest.fixture
-def fleet(redis_url: str, prefix: str) -> Iterator[list[CredentialPool]]:
-    pools = []
-    for _ in range(2):
-        store = ModelCooldown()
-        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
-        pool = CredentialPool(store=store)
-        pool.register(P, keys=KEYS, accounts=ACCOUNTS)
-        pools.append(pool)
-    yield pools
+def fleet(process: Callable[[], ModelCooldown]) -> list[CredentialPool]:
+    """Two gateway processes' pools, sharing one Redis."""
+    pools = [CredentialPool(store=process()) for _ in range(2)]
     for pool in pools:
-        backend = pool.store.detach_shared()
-        assert isinstance(backend, RedisObservations)
-        backend.close()
+        pool.register(P, keys=KEYS, accounts=ACCOUNTS)
+    return pools
 
 
 def test_a_quota_spent_in_one_process_holds_the_account_in_another(

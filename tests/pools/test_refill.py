@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
 from cooldown import CredentialPool, ModelCooldown, ModelCooldownExhausted, model_cooldown
-from cooldown.shared.observations import RedisObservations
 
 P = "refilling"
 KEY = "sk-refill-0123456789"
 LIMIT = 2
-SECRET = "refill-readings-secret-" + "r" * 32
 
 
 class Answer:
@@ -155,19 +153,12 @@ def test_pool_objects_learn_for_themselves() -> None:
 
 
 @pytest.fixture
-def fleet(redis_url: str, prefix: str) -> Iterator[list[CredentialPool]]:
-    pools = []
-    for _ in range(2):
-        store = ModelCooldown()
-        store.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=SECRET.encode())
-        pool = CredentialPool(store=store)
-        pool.register(P, keys=[KEY])
-        pools.append(pool)
-    yield pools
+def fleet(process: Callable[[], ModelCooldown]) -> list[CredentialPool]:
+    """Two gateway processes' pools, sharing one Redis."""
+    pools = [CredentialPool(store=process()) for _ in range(2)]
     for pool in pools:
-        backend = pool.store.detach_shared()
-        assert isinstance(backend, RedisObservations)
-        backend.close()
+        pool.register(P, keys=[KEY])
+    return pools
 
 
 def test_a_window_learned_in_one_process_holds_in_another(fleet: list[CredentialPool]) -> None:

@@ -26,8 +26,8 @@ from cooldown import (
 )
 from cooldown.digests import PreparedHmac, credential_message, credential_prefix, scope_message
 
+from ..conftest import SHARED_SECRET as SECRET
 from ..conftest import two_processes_share_one_probe
-from .conftest import SHARED_SECRET as SECRET
 
 try:
     import redis

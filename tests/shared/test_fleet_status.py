@@ -16,7 +16,7 @@ from cooldown import (
     status_blueprint,
 )
 
-from .conftest import SHARED_SECRET
+from ..conftest import SHARED_SECRET
 
 P = "fleet-status"
 KEYS = ["sk-fleet-status-one-0123", "sk-fleet-status-two-0123"]

@@ -18,8 +18,7 @@ from cooldown import (
     model_cooldown,
 )
 
-from ..conftest import Worker
-from .conftest import SHARED_SECRET
+from ..conftest import SHARED_SECRET, Worker
 
 P, MODEL, T = "p-shared-budgets", "m-shared-budgets", 7000.0
 KEYS = ["sk-account-SECRET-one", "sk-account-SECRET-two", "sk-alone-SECRET-three"]
