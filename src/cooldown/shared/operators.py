@@ -4,7 +4,7 @@ fleet's learned refill readings are read with them, in the same round trip."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..forksafe import new_lock
@@ -17,6 +17,7 @@ __all__ = [
     "DRAINS_READ_SECONDS",
     "REFILLS_KEY",
     "SharedKeyActions",
+    "moments",
 ]
 
 DRAINED_KEY = "drained"
@@ -82,18 +83,12 @@ class SharedKeyActions:
 
         def read(answer: Any) -> OperatorMarks:
             drained, cleared, refills = answer
-            clears = {}
-            for field, wall_ms in cleared.items():
-                try:
-                    clears[_text(field)] = self._to_monotonic(wall_ms)
-                except (TypeError, ValueError):
-                    continue  # Redis is shared with other programs: junk is skipped
-            readings = {
-                _text(field): reading
-                for field, reading in ((field, _text(value)) for field, value in refills.items())
-                if reading in REFILL_READINGS
-            }
-            return OperatorMarks(frozenset(map(_text, drained)), clears, readings)
+            readings = {_text(field): _text(value) for field, value in refills.items()}
+            return OperatorMarks(
+                frozenset(map(_text, drained)),
+                moments(cleared.items(), self._to_monotonic),
+                {id_: reading for id_, reading in readings.items() if reading in REFILL_READINGS},
+            )
 
         fresh: OperatorMarks | None = self._call_with(now, fetch, read)
         with self._drains_lock:
@@ -127,6 +122,20 @@ class SharedKeyActions:
         self._call(now, "forget_credential", self._keys, [*args, oldest])
         with self._drains_lock:
             self._drains_read = (-math.inf, None)
+
+
+def moments(
+    pairs: Iterable[tuple[Any, Any]], to_monotonic: Callable[[Any], float]
+) -> dict[str, float]:
+    """Members and their wall-clock milliseconds as read from Redis, by member, in monotonic
+    seconds; Redis is shared with other programs, so a junk score is skipped."""
+    read = {}
+    for member, wall_ms in pairs:
+        try:
+            read[_text(member)] = to_monotonic(wall_ms)
+        except (TypeError, ValueError):
+            continue
+    return read
 
 
 def _text(member: object) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .operators import moments
+
 __all__ = ["QUOTA_KEY", "SharedQuotaMarks"]
 
 QUOTA_KEY = "quota"
@@ -47,17 +49,9 @@ class SharedQuotaMarks:
                 self._quota_key, f"({self._to_wall_ms(now)}", "+inf", withscores=True
             )
 
-        def read(answer: Any) -> dict[str, float]:
-            marks = {}
-            for member, wall_ms in answer:
-                try:
-                    text = member.decode("ascii") if isinstance(member, bytes) else str(member)
-                    marks[text] = self._to_monotonic(wall_ms)
-                except (TypeError, ValueError):
-                    continue
-            return marks
-
-        marks: dict[str, float] | None = self._call_with(now, fetch, read)
+        marks: dict[str, float] | None = self._call_with(
+            now, fetch, lambda answer: moments(answer, self._to_monotonic)
+        )
         return marks
 
     def forget_quota(self, credential: str, now: float) -> None:
