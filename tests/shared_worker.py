@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cooldown import (
+    QUOTA_SPENT,
     CooldownError,
     CredentialPool,
     ModelCooldown,
@@ -114,6 +115,7 @@ def handle(command: dict[str, Any], store: ModelCooldown) -> Any:
             command["status"],
             **command["scope"],
             retry_after_seconds=command.get("retry_after"),
+            outcome=QUOTA_SPENT if command.get("quota_spent") else None,
             now=command["now"],
         )
         return None

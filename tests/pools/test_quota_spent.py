@@ -76,23 +76,71 @@ def pool(enabled: None) -> Iterator[None]:
     CredentialPool._accounts.pop(P, None)
 
 
-def test_a_402_cools_the_key_and_its_account_for_every_model() -> None:
-    CredentialPool.record(P, KEYS[0], 402, model="m", now=0)
+def spend(key: str, **when: Any) -> None:
+    """What a gateway recording by hand says of a spent quota: the classified outcome."""
+    CredentialPool.record(P, key, 402, model="m", outcome=QUOTA_SPENT, **when)
+
+
+def test_a_spent_quota_cools_the_key_and_its_account_for_every_model() -> None:
+    spend(KEYS[0], now=0)
     for model in ("m", "another", "a third"):
         assert CredentialPool.available(P, model=model, now=1) == [KEYS[2]]
     assert CredentialPool.available(P, now=1) == [KEYS[2]]  # unscoped routes too
     assert CredentialPool.available(P, model="m", now=3600) == KEYS  # the default hour
 
 
+def test_a_bare_402_is_a_caller_error_that_cools_nothing() -> None:
+    """One request may cost more than the credit left; a smaller one may pass."""
+    CredentialPool.record(P, KEYS[0], 402, model="m", now=0)
+    CredentialPool.record_headers(P, {"Authorization": f"Bearer {KEYS[2]}"}, 402, model="m", now=0)
+    sent: list[str] = []
+
+    def send(key: str) -> Any:
+        sent.append(key)
+        return Answer(402)
+
+    answer = CredentialPool.dispatch(P, send, model="m", order="configured", now=0)
+    assert answer.status_code == 402  # the caller's answer, as it came: no rotation
+    assert sent == [KEYS[0]]
+    for model in ("m", "another"):
+        assert CredentialPool.available(P, model=model, now=1) == KEYS
+    assert all(row["reason"] is None for row in CredentialPool.status(P, model="m")["keys"])
+
+
+def test_an_advice_reader_makes_a_402_a_spent_quota_for_a_provider_whose_402_means_it() -> None:
+    sent: list[str] = []
+
+    def send(key: str) -> Any:
+        sent.append(key)
+        return Answer(402) if key == KEYS[0] else Answer(200)
+
+    def advice(answer: Any) -> object:
+        return QuotaSpent() if answer.status_code == 402 else None
+
+    answer = CredentialPool.dispatch(P, send, model="m", order="configured", advice=advice, now=0)
+    assert answer.status_code == 200
+    assert sent == [KEYS[0], KEYS[2]]  # rotated past the whole account
+    assert CredentialPool.available(P, model="another", now=1) == [KEYS[2]]
+
+
+def test_anything_but_quota_spent_that_a_reader_says_of_a_402_is_ignored() -> None:
+    def send(key: str) -> Any:
+        return Answer(402)
+
+    answer = CredentialPool.dispatch(P, send, model="m", advice=lambda answer: 30.0, now=0)
+    assert answer.status_code == 402
+    assert CredentialPool.available(P, model="m", now=1) == KEYS
+
+
 def test_the_quota_seconds_setting_is_capped_by_the_maximum(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_QUOTA_SECONDS", "600")
-    CredentialPool.record(P, KEYS[2], 402, model="m", now=0)
+    spend(KEYS[2], now=0)
     assert CredentialPool.available(P, model="other", now=599) == KEYS[:2]
     assert CredentialPool.available(P, model="other", now=600) == KEYS
     monkeypatch.setenv("MODEL_COOLDOWN_MAX_SECONDS", "120")
-    CredentialPool.record(P, KEYS[2], 402, model="m", now=1000)
+    spend(KEYS[2], now=1000)
     assert CredentialPool.available(P, model="other", now=1120) == KEYS
 
 
@@ -101,15 +149,15 @@ def test_a_malformed_quota_seconds_is_the_default_with_one_warning(
 ) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_QUOTA_SECONDS", "an hour, secret-ish")
     with caplog.at_level(logging.WARNING, logger="cooldown"):
-        CredentialPool.record(P, KEYS[2], 402, model="m", now=0)
-        CredentialPool.record(P, KEYS[2], 402, model="m", now=0)
+        spend(KEYS[2], now=0)
+        spend(KEYS[2], now=0)
     assert CredentialPool.available(P, model="m", now=3599) == KEYS[:2]
     warned = [r.getMessage() for r in caplog.records if "QUOTA_SECONDS" in r.getMessage()]
     assert warned == ["MODEL_COOLDOWN_QUOTA_SECONDS is malformed; its default is used"]
 
 
 def test_a_success_for_another_model_does_not_reopen_a_spent_quota() -> None:
-    CredentialPool.record(P, KEYS[2], 402, model="m", now=0)
+    spend(KEYS[2], now=0)
     CredentialPool.record(P, KEYS[2], 200, model="other", now=5)
     assert CredentialPool.available(P, model="other", now=6) == KEYS[:2]
 
@@ -138,7 +186,7 @@ def test_dispatch_reads_insufficient_quota_from_the_sdk_and_never_sends_the_key_
 
 def test_every_key_out_of_quota_is_our_429_with_retry_after() -> None:
     def send(key: str) -> Any:
-        return Answer(402)
+        raise insufficient_quota()
 
     with pytest.raises(ModelCooldownExhausted) as raised:
         CredentialPool.dispatch(P, send, model="m", order="configured", now=0)
@@ -178,7 +226,7 @@ def test_a_per_minute_limit_in_the_same_shape_is_a_throttle_of_one_model() -> No
 
 
 def test_status_names_the_quota_and_what_to_do_and_clear_forgets_it() -> None:
-    CredentialPool.record(P, KEYS[0], 402, model="m")
+    spend(KEYS[0])
     for status in (CredentialPool.status(P, model="other"), CredentialPool.status(P)):
         spent = [key for key in status["keys"] if key["reason"] == "quota"]
         assert [key["index"] for key in spent] == [1, 2]  # the key and its sibling
@@ -197,7 +245,7 @@ def test_an_auth_rejection_outlasting_the_quota_is_named_as_such(
 ) -> None:
     monkeypatch.setenv("MODEL_COOLDOWN_QUOTA_SECONDS", "60")
     now = time.monotonic()
-    CredentialPool.record(P, KEYS[2], 402, model="m", now=now)
+    spend(KEYS[2], now=now)
     CredentialPool.record(P, KEYS[2], 401, model="m", now=now)  # 300 s, beyond the quota
     assert CredentialPool.status(P, model="m", now=now)["keys"][2]["reason"] == "credential"
 

@@ -25,7 +25,7 @@ import pytest
 from flask import Flask, request
 from werkzeug.serving import make_server
 
-from cooldown import CredentialPool, init_app, status_blueprint
+from cooldown import QUOTA_SPENT, CredentialPool, init_app, status_blueprint
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -237,7 +237,7 @@ def test_the_page_shows_each_key_and_why(gateway: str, browser: DevTools, tmp_pa
 
 
 def test_a_key_out_of_quota_is_named_plainly(gateway: str, browser: DevTools) -> None:
-    CredentialPool.record(P, KEYS[0], 402, model="another model")  # its credit is gone
+    CredentialPool.record(P, KEYS[0], 402, model="another model", outcome=QUOTA_SPENT)
     look_up_gpt_4o(browser, gateway)
     rows = wait_for(
         browser, f"(() => {{ const r = {TABLE}; return r.length === 3 ? r : null; }})()"

@@ -265,7 +265,13 @@ def test_the_cli_names_a_quota_another_process_saw_spent(
     app: Flask, server_sharing_redis: Any
 ) -> None:
     server_sharing_redis(
-        "record", provider=P, key=KEYS[2], status=402, scope={"model": "gpt-4o"}, now=None
+        "record",
+        provider=P,
+        key=KEYS[2],
+        status=402,
+        quota_spent=True,
+        scope={"model": "gpt-4o"},
+        now=None,
     )
     result = app.test_cli_runner().invoke(args=["cooldown", "status", P, "--model", "o3"])
     assert result.exit_code == 0, result.output

@@ -65,19 +65,27 @@ def quota_evidence(seconds: float | None) -> RecordingContext:
 def evidence_reader(
     provider: str, advice: BodyAdvice | None
 ) -> Callable[[Answer], RecordingContext]:
-    """What `dispatch` records of an answer: its headers' evidence; a spent quota for a 402
-    or an SDK exception saying `insufficient_quota`; for a throttle, the later of the
-    headers' advice and what `advice` reads in the answer's body (or the quota it says is
-    spent)."""
+    """What `dispatch` records of an answer: its headers' evidence; a spent quota for an SDK
+    exception saying `insufficient_quota`; for a throttle, the later of the headers' advice
+    and what `advice` reads in the answer's body (or the quota it says is spent). A bare 402
+    is a caller error (one request may cost more than the credit left): only `advice`
+    returning `QuotaSpent` makes it a spent quota."""
 
     def read(answer: Answer) -> RecordingContext:
         evidence = recording_context(answer.status, answer.headers)
         outcome = evidence.get("outcome")
         if outcome is None:  # the feature is off
             return evidence
-        if answer.status == 402 or (answer.raised and sdk_quota_spent(answer.value)):
+        if answer.raised and sdk_quota_spent(answer.value):
             return quota_evidence(None)
-        if advice is None or outcome.credential_health != "throttled":
+        if advice is None:
+            return evidence
+        if answer.status == 402:
+            advised_quota = _body_advice(provider, advice, answer.value)
+            if isinstance(advised_quota, QuotaSpent):
+                return quota_evidence(advised_quota.seconds)
+            return evidence  # anything else a reader says of a 402 is ignored
+        if outcome.credential_health != "throttled":
             return evidence
         advised = _body_advice(provider, advice, answer.value)
         if isinstance(advised, QuotaSpent):

@@ -10,7 +10,6 @@ from ..config import CooldownSettings, warn_once
 from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
-from ..evidence.quota import QUOTA_SPENT
 from ..store import CallScope
 from ..store.refills import RefillSetting
 from ._common import (
@@ -79,8 +78,6 @@ class KeyRecording(KeySelection):
         if key not in self.keys(provider):  # outside input (a client's token) fills no table
             warn_once(provider, NOT_HELD_WARNING)
             return
-        if outcome is None and status == 402:  # payment required: the quota is spent
-            outcome = QUOTA_SPENT
         evidence = CheckedEvidence.from_call(status, outcome, credential_wide_auth)
         scope = CallScope(provider, model, quota_bucket, now, current.max_seconds)
         self._record_scoped(scope, key, evidence, retry_after_seconds, current, sent_at)
