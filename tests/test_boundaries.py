@@ -146,8 +146,11 @@ class CountingBackend:
     def __init__(self) -> None:
         self.calls = 0
 
-    def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None:
+    def record(
+        self, entry: str, deadline: float, now: float, max_seconds: int, foreign: object = None
+    ) -> bool:
         self.calls += 1
+        return False
 
     def clear(self, entry: str, now: float) -> None:
         self.calls += 1

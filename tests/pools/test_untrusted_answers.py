@@ -157,24 +157,6 @@ def test_a_full_table_answers_our_503_never_the_upstreams_401() -> None:
         CredentialPool.dispatch(P, lambda key: revoked, model="m", now=1.0)
 
 
-def test_keys_the_pool_does_not_hold_fill_no_table(
-    caplog: pytest.LogCaptureFixture, fresh_warnings: None
-) -> None:
-    from cooldown import MAX_ENTRIES, model_cooldown
-
-    with caplog.at_level("WARNING", "cooldown"):
-        for index in range(MAX_ENTRIES + 1):  # clients' own tokens, each answered 401
-            CredentialPool.record(P, f"sk-client-{index}", 401, model="m", now=0.0)
-        CredentialPool.record_headers(
-            P, {"Authorization": "Bearer sk-client-last"}, 401, model="m", now=0.0
-        )
-    assert model_cooldown.entry_count == 0
-    assert CredentialPool.select(P, model="m", now=1.0) == KEYS[0]
-    assert CredentialPool.select("ce-gpt-plus", model="m", now=1.0) is None  # no 503 anywhere
-    assert len([r for r in caplog.records if "does not hold" in r.getMessage()]) == 1
-    assert "sk-client" not in caplog.text
-
-
 def test_a_key_the_pool_holds_is_recorded_as_before() -> None:
     CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=30, now=0.0)
     assert CredentialPool.status(P, model="m", now=1.0)["cooling"] == 1

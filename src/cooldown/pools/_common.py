@@ -171,15 +171,17 @@ def store_evidence(
     fallback_seconds: float,
     current: CooldownSettings,
     sent_at: float | None = None,
+    foreign: bool = False,
 ) -> float | None:
     """Record one scoped observation in the store; hold no pool lock (it may reach Redis).
 
     When the provider gave no usable advice, the fallback is the learned window (with
-    `MODEL_COOLDOWN_LEARN=apply`) instead of the pool's fixed one.
+    `MODEL_COOLDOWN_LEARN=apply`) instead of the pool's fixed one; a `foreign` key (not the
+    pool's own) learns nothing, so a flood of them cannot crowd out what its keys learned.
     """
     if sent_at is not None:  # refused before the learner hears of the answer
         resolve_now(sent_at, "sent_at")
-    if current.learn != "off":
+    if current.learn != "off" and not foreign:
         fallback_seconds = _learned_fallback(
             learner,
             scope.provider,
@@ -203,6 +205,7 @@ def store_evidence(
         max_seconds=current.max_seconds,
         now=scope.now,
         sent_at=sent_at,
+        foreign=foreign,
     )
 
 

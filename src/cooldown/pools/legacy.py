@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 
 from ..forksafe import new_lock
+from ..store.foreign import ForeignEntries
 
 __all__ = ["MAX_LIVE_RESTS", "LegacyRests"]
 
@@ -27,6 +28,7 @@ class LegacyRests:
         self._lock = new_lock(self)
         self._rests: dict[_Entry, float] = {}
         self._expiry: list[tuple[float, str, str]] = []  # stale items are skipped, then rebuilt
+        self._foreign: ForeignEntries[str, _Entry] = ForeignEntries()  # keys not held
         self.dropped_total = 0
 
     def __len__(self) -> int:
@@ -47,22 +49,48 @@ class LegacyRests:
             self._expiry = [(rest, provider, key) for (provider, key), rest in rests.items()]
             heapify(self._expiry)
 
-    def rest(self, provider: str, key: str, until: float, now: float, *, keep_later: bool) -> None:
-        """Rest a key until `until`; a new rest replaces the old one unless `keep_later`."""
+    def rest(
+        self,
+        provider: str,
+        key: str,
+        until: float,
+        now: float,
+        *,
+        keep_later: bool,
+        foreign: bool = False,
+    ) -> None:
+        """Rest a key until `until`; a new rest replaces the old one unless `keep_later`.
+        A `foreign` key's rest (one its pool does not hold) is bounded apart: at most 1,024
+        per provider, and it gives way to a held key's when the map is full."""
+        entry = (provider, key)
         with self._lock:
             self._drop_expired(now)
-            current = self._rests.get((provider, key))
-            if current is None and len(self._rests) >= MAX_LIVE_RESTS:
+            rests = self._rests
+            current = rests.get(entry)
+            if current is None and not foreign:
+                while len(rests) >= MAX_LIVE_RESTS:  # a foreign rest gives way to a held key's
+                    oldest = self._foreign.oldest()
+                    if oldest is None:
+                        break
+                    rests.pop(oldest, None)
+            if current is None and len(rests) >= MAX_LIVE_RESTS:
                 self.dropped_total += 1
                 return
             if keep_later and current is not None and current >= until:
                 return
-            self._rests[(provider, key)] = until
+            rests[entry] = until
             heappush(self._expiry, (until, provider, key))
+            if foreign:
+                pushed_out = self._foreign.added(provider, entry)
+                if pushed_out is not None:
+                    rests.pop(pushed_out, None)
+            elif self._foreign:
+                self._foreign.forget(entry)
 
     def clear(self, provider: str, key: str) -> None:
         with self._lock:
             self._rests.pop((provider, key), None)
+            self._foreign.forget((provider, key))
 
     def live(
         self, provider: str, keys: Sequence[str], now: float, max_seconds: int | None = None
@@ -92,4 +120,5 @@ class LegacyRests:
         with self._lock:
             self._rests.clear()
             self._expiry.clear()
+            self._foreign.clear()
             self.dropped_total = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..arguments import resolve_now
-from ..config import CooldownSettings, warn_once
+from ..config import CooldownSettings
 from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
@@ -26,7 +26,6 @@ __all__ = ["AUTH_REST_SECONDS", "THROTTLE_REST_SECONDS", "KeyRecording"]
 
 AUTH_REST_SECONDS = 300.0
 THROTTLE_REST_SECONDS = 60.0
-NOT_HELD_WARNING = "provider %s: record() was given a key the pool does not hold; it is ignored"
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -63,8 +62,8 @@ class KeyRecording(KeySelection):
     ) -> None:
         """Learn from one upstream answer made with `key`; `sent_at` is when its request
         started (monotonic; default now), so a success sent before a throttle reopens nothing.
-        On the scoped path a key the pool does not hold is ignored, with one warning per
-        provider: outside input (a client's own bearer token) cannot fill the table."""
+        A key the pool does not hold (a caller's own list) is recorded and honoured too, but
+        bounded apart: its entries never fill the table the pool's own keys need."""
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
         current = scoped_settings(self.store, model, quota_bucket, provider)
@@ -75,12 +74,10 @@ class KeyRecording(KeySelection):
         if current is None:
             self._record_legacy(provider, key, status, resolve_now(now))
             return
-        if key not in self.keys(provider):  # outside input (a client's token) fills no table
-            warn_once(provider, NOT_HELD_WARNING)
-            return
         evidence = CheckedEvidence.from_call(status, outcome, credential_wide_auth)
         scope = CallScope(provider, model, quota_bucket, now, current.max_seconds)
-        self._record_scoped(scope, key, evidence, retry_after_seconds, current, sent_at)
+        foreign = key not in self.keys(provider)
+        self._record_scoped(scope, key, evidence, retry_after_seconds, current, sent_at, foreign)
 
     @pool_method
     def _record_scoped(
@@ -91,10 +88,12 @@ class KeyRecording(KeySelection):
         retry_after_seconds: float | None,
         current: CooldownSettings,
         sent_at: float | None,
+        foreign: bool = False,
     ) -> None:
         """`record` on the scoped path, its arguments checked (`dispatch` calls it directly):
         the key's cooldown, then its siblings' (with Redis, inside an attempt's ending, both
-        ride on the attempt's end). The store reads the clock itself when `scope.now` is None."""
+        ride on the attempt's end). The store reads the clock itself when `scope.now` is None.
+        A `foreign` key (not the pool's) has no siblings and learns no window."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
             self.store,
             self._learner,
@@ -107,12 +106,14 @@ class KeyRecording(KeySelection):
             ),
             current=current,
             sent_at=sent_at,
+            foreign=foreign,
         )
         if evidence.rejected_wide and deadline is not None:
             # Unscoped selection must see a genuine auth failure too.
             now = resolve_now(scope.now)
-            self._legacy.rest(scope.provider, key, deadline, now, keep_later=True)
-        self._cool_siblings(scope, key, evidence, deadline, current)
+            self._legacy.rest(scope.provider, key, deadline, now, keep_later=True, foreign=foreign)
+        if not foreign:
+            self._cool_siblings(scope, key, evidence, deadline, current)
 
     @pool_method
     def _cool_siblings(

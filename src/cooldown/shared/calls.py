@@ -78,6 +78,7 @@ class ScriptCalls:
                 name: client.register_script(getattr(shared_scripts, name.upper()))
                 for name in (
                     "record",
+                    "record_foreign",
                     "clear",
                     "lookup",
                     "start",

@@ -38,6 +38,7 @@ from ..store.backend import (
     SharedObservations,
     SharedStart,
 )
+from ..store.foreign import FOREIGN_PER_PROVIDER
 from . import scripts as shared_scripts
 from .calls import (
     SOCKET_TIMEOUT_SECONDS,
@@ -80,6 +81,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
     ) -> None:
         super().__init__(url, socket_timeout=socket_timeout)
         self._keys = [f"{{{prefix}}}:{name}" for name in shared_scripts.KEY_NAMES]
+        self._foreign_prefix = f"{{{prefix}}}:foreign:"  # then the provider's hex id
         self._leases = itertools.count(1)
         self._unreleased: deque[str] = deque(maxlen=UNRELEASED)
         self._nonce = secrets.token_hex(4)  # with the pid: leases never collide
@@ -110,9 +112,17 @@ class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
             warn_once(REDIS_SECRET_ENV, SECRET_MISMATCH_WARNING)
         return same
 
-    def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None:
+    def record(
+        self, entry: str, deadline: float, now: float, max_seconds: int, foreign: str | None = None
+    ) -> bool:
         args = [*self._window(now, max_seconds), entry, self._to_wall_ms(deadline)]
-        self._call(now, "record", self._keys, [*args, self._max_entries])
+        if foreign is None:
+            self._call(now, "record", self._keys, [*args, self._max_entries])
+            return False
+        keys = [*self._keys, f"{self._foreign_prefix}{foreign}"]
+        args += [self._max_entries, FOREIGN_PER_PROVIDER]
+        answer = self._call(now, "record_foreign", keys, args, lambda answer: bool(answer[1]))
+        return bool(answer)
 
     def clear(self, entry: str, now: float, sent_at: float) -> None:
         args = [*self._window(now, 0), entry, self._to_wall_ms(sent_at)]

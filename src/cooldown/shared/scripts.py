@@ -18,6 +18,7 @@ __all__ = [
     "KEY_NAMES",
     "LOOKUP",
     "RECORD",
+    "RECORD_FOREIGN",
     "RELEASE",
     "SECRET_CHECK",
     "SECRET_CHECK_KEY",
@@ -49,6 +50,7 @@ KEY_NAMES = (
     "refills",  # hash: each budget above -> "limit,announced,largest"
     "costs",  # hash: owner -> tokens in flight
     "cleared",  # hash: id an operator cleared -> when (wall ms), for the processes' own state
+    "foreign",  # zset: entry of a key its pool does not hold -> when first recorded (wall ms)
 )
 """Each script's KEYS, in this order, as `{prefix}:<name>`."""
 
@@ -139,8 +141,9 @@ for _, budget in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', ARGV[1], 'L
 end
 """
 
-# ARGV[4..6]: entry, deadline, cap. Keeps the later deadline, never evicts: at the cap it
-# raises the overflow instead. It first cuts up to 64 members scored beyond the limit: they
+# ARGV[4..6]: entry, deadline, cap. Keeps the later deadline, never evicts a held key's entry:
+# at the cap a foreign entry (of a key its pool does not hold) gives way, else it raises the
+# overflow. It first cuts up to 64 members scored beyond the limit: they
 # expire with the maximum, so they cannot hold the capacity guard up for ever. It marks when
 # the cooldown was recorded (a success sent before it proves nothing) and when it ends (the
 # first dispatch after that is a probe).
@@ -150,6 +153,13 @@ local function record(entry, deadline_text, cap)
   for _, member in ipairs(late) do redis.call('ZADD', KEYS[1], truncate, member) end
   local deadline = tonumber(deadline_text)
   local current = trusted(KEYS[1], entry)
+  while not current and redis.call('ZCARD', KEYS[1]) >= tonumber(cap) do
+    local foreign = redis.call('ZPOPMIN', KEYS[16])
+    if not foreign[1] then break end
+    redis.call('ZREM', KEYS[1], foreign[1])
+    redis.call('ZREM', KEYS[6], foreign[1])
+  end
+  redis.call('ZREM', KEYS[16], entry)  -- a held key's entry is not foreign (any more)
   if not current and redis.call('ZCARD', KEYS[1]) >= tonumber(cap) then
     local overflow = tonumber(redis.call('GET', KEYS[2]) or '0')
     if overflow == nil or overflow ~= overflow or overflow > limit then overflow = 0 end
@@ -172,6 +182,37 @@ end
 """
 
 RECORD = _COMMON + _PRUNE_DEADLINES + _RECORD_FUNCTION + "return record(ARGV[4], ARGV[5], ARGV[6])"
+
+# ARGV[4..7]: entry, deadline, cap, the most foreign entries per provider; KEYS[17]: the
+# provider's foreign entries. The entry of a key its pool does not hold: kept only where the
+# table has room (it never raises the overflow), and past the most per provider the oldest is
+# dropped. Returns {1 if kept, how many were dropped}.
+RECORD_FOREIGN = (
+    _COMMON
+    + _PRUNE_DEADLINES
+    + _RECORD_FUNCTION
+    + """
+local entry = ARGV[4]
+if not trusted(KEYS[1], entry) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[6]) then
+  return {0, 0}
+end
+local kept = record(entry, ARGV[5], ARGV[6])
+local dropped = 0
+redis.call('ZADD', KEYS[17], now, entry)
+redis.call('ZADD', KEYS[16], now, entry)
+local extra = redis.call('ZCARD', KEYS[17]) - tonumber(ARGV[7])
+if extra > 0 then
+  for _, oldest in ipairs(redis.call('ZRANGE', KEYS[17], 0, extra - 1)) do
+    if redis.call('ZREM', KEYS[16], oldest) == 1 then  -- still foreign and kept: dropped
+      if redis.call('ZREM', KEYS[1], oldest) == 1 then dropped = dropped + 1 end
+      redis.call('ZREM', KEYS[6], oldest)
+    end
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[17], 0, extra - 1)
+end
+return {kept, dropped}
+"""
+)
 
 # ARGV[4..5]: entry, when the attempt that succeeded started. Clears only its own entry, and
 # only when the cooldown was recorded before that attempt started.

@@ -90,7 +90,11 @@ class SharedObservations(Protocol):
     answer returns `None` from `lookup` and never raises.
     """
 
-    def record(self, entry: str, deadline: float, now: float, max_seconds: int) -> None: ...
+    def record(
+        self, entry: str, deadline: float, now: float, max_seconds: int, foreign: str | None = None
+    ) -> bool:
+        """Keep the later deadline; `foreign` names the provider (a hex id) of an entry whose
+        key its pool does not hold, kept apart and bounded: whether that dropped another."""
 
     def clear(self, entry: str, now: float, sent_at: float) -> None: ...
 

@@ -15,6 +15,7 @@ from ..arguments import (
     require_str,
     resolve_now,
 )
+from ..config import warn_once
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import ModelCooldownExhausted
 from ..evidence.outcome import UpstreamOutcome
@@ -24,6 +25,7 @@ from .admission import ORDERS, Admission, Attempt, Order
 from .attempts import Attempts, ending_attempt
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
+from .foreign import FOREIGN_DROPPED_WARNING, ForeignEntries
 from .inspection import Inspection
 from .operators import KeyActions
 from .quota_marks import QuotaMarks
@@ -102,9 +104,10 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         self._lock = new_lock(self)
         self._budget = ScopeBudget(min(SCOPES_PER_CREDENTIAL, max(1, scopes_per_credential)))
         self._admission = Admission()  # guarded by self._lock too
+        self._foreign: ForeignEntries[bytes, bytes] = ForeignEntries()  # keys not held
         self._schedule = DeadlineSchedule(
             min(MAX_ENTRIES, max(1, max_entries)),
-            forget=self._budget.removed,
+            forget=self._forgotten,
             expired=self._admission.released,
         )
         self._deadlines = self._schedule.deadlines  # read directly on the hot path
@@ -155,12 +158,16 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         max_seconds: int = 3600,
         now: float | None = None,
         sent_at: float | None = None,
+        foreign: bool = False,
     ) -> float | None:
         """Store what one attempt proved about a credential; return the entry's deadline.
 
         A success clears a scope's cooldown only when its attempt started (`sent_at`,
         default: now) after that cooldown was recorded: a stale 200 never reopens a key.
         A spent quota (`QUOTA_SPENT`, credential-wide) is marked as such for operators.
+        A `foreign` credential (one the pool does not hold: a caller's own list) is recorded
+        and honoured too, but bounded apart: it never arms the capacity guard nor takes the
+        place of a held key's entry, and past 1,024 per provider its oldest entry is dropped.
         """
         parts = _entry_parts(
             provider, credential, outcome, model, quota_bucket, credential_wide_auth
@@ -173,6 +180,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         quota = outcome.reason == QUOTA_SPENT.reason and credential_wide_auth
         cooling = delay(retry_after_seconds, fallback, ceiling)
         escalated = False
+        owner = self._digest(credential_prefix(provider)) if foreign else None
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
@@ -187,7 +195,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
                     self._schedule.discard(entry)
             else:
                 entry, deadline = self._store(
-                    b"".join(map(self._digest, parts)), current_time + cooling
+                    b"".join(map(self._digest, parts)), current_time + cooling, owner, provider
                 )
                 if len(entry) > DIGEST_SIZE:
                     self._admission.throttled(entry, current_time)
@@ -213,27 +221,60 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             elif deadline is None:
                 sharing.backend.clear(shared_entry, current_time, sent)
             else:
-                sharing.backend.record(shared_entry, current_time + cooling, current_time, ceiling)
+                owned_by = None if owner is None else sharing.digest(credential_prefix(provider))
+                deadline_shared = current_time + cooling
+                if sharing.backend.record(
+                    shared_entry,
+                    deadline_shared,
+                    current_time,
+                    ceiling,
+                    None if owned_by is None else owned_by.hex(),
+                ):
+                    warn_once(provider, FOREIGN_DROPPED_WARNING)
             if escalated:
                 sharing.backend.add_to_fleet("escalated_total", current_time)
             if quota:  # rare: its own round trip, so every worker names it
                 sharing.backend.mark_quota(shared_entry, current_time + cooling, current_time)
         return deadline
 
-    def _store(self, entry: bytes, deadline: float) -> tuple[bytes, float]:
+    def _store(
+        self, entry: bytes, deadline: float, owner: bytes | None, provider: str
+    ) -> tuple[bytes, float]:
         """Write one entry (lock held); return the entry actually written and its deadline.
 
         A new scope entry beyond its credential's budget is stored as a credential-wide
         entry instead (a key throttled on that many models is throttled account-wide).
+        `owner` is the provider's digest for a foreign credential's entry, else `None`.
         """
-        schedule = self._schedule
-        if len(entry) > DIGEST_SIZE and entry not in self._deadlines:
-            if not self._budget.admits(entry, self._deadlines):
-                self._escalated_total += 1
-                return self._store(entry[:DIGEST_SIZE], deadline)
-            if not schedule.full():
-                self._budget.added(entry)
-        return entry, schedule.put(entry, deadline)
+        schedule, foreign = self._schedule, self._foreign
+        new = entry not in self._deadlines
+        if new and len(entry) > DIGEST_SIZE and not self._budget.admits(entry, self._deadlines):
+            self._escalated_total += 1
+            return self._store(entry[:DIGEST_SIZE], deadline, owner, provider)
+        if new and schedule.full():
+            if owner is not None:  # a foreign entry never arms the guard: it is not kept
+                return entry, deadline
+            oldest = foreign.oldest()  # a held key's entry: a foreign one gives way
+            if oldest is not None:
+                schedule.discard(oldest)
+        if new and len(entry) > DIGEST_SIZE and not schedule.full():
+            self._budget.added(entry)
+        stored = schedule.put(entry, deadline)
+        if owner is None:
+            if foreign:
+                foreign.forget(entry)  # its key is held now
+        elif entry in self._deadlines:
+            pushed_out = foreign.added(owner, entry)
+            if pushed_out is not None:
+                schedule.discard(pushed_out)
+                warn_once(provider, FOREIGN_DROPPED_WARNING)
+        return entry, stored
+
+    def _forgotten(self, entry: bytes) -> None:
+        """An entry left the table (expired, cleared or dropped)."""
+        self._budget.removed(entry)
+        if self._foreign:
+            self._foreign.forget(entry)
 
     # -- waiting ------------------------------------------------------------------------------
 
@@ -298,6 +339,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             self._schedule.clear()
             self._budget.clear()
             self._admission.clear()
+            self._foreign.clear()
             self._drained.clear()
             self._quota.clear()
             self._refills.clear()
