@@ -172,7 +172,8 @@ def test_one_round_trip_starts_an_attempt_and_one_ends_it(
     answered = CredentialPool.dispatch(P, lambda key: next(replies), model=MODEL)
     assert answered is not None
     assert answered.status_code == 200
-    assert script_calls == ["start", "end", "start", "end"]
+    # the secret check, once, as the store attaches; then one round trip per start and end
+    assert script_calls == ["secret_check", "start", "end", "start", "end"]
     assert model_cooldown.stats()["shared_errors_total"] == 0
 
 

@@ -4,6 +4,9 @@ the second to attach says so once, through `{prefix}:secret-check`."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -96,8 +99,27 @@ def test_a_process_sharing_the_fleets_secret_is_not_split(redis_url: str, prefix
     second.close()
 
 
-def test_an_unreachable_redis_at_attach_is_no_verdict_and_starts_no_backoff() -> None:
+def test_an_unreachable_redis_at_attach_is_no_verdict_and_starts_the_backoff() -> None:
     backend = RedisObservations(f"redis://127.0.0.1:{free_port()}/0", prefix="unused")
     assert backend.check_secret(SECRET.encode()) is None
-    assert backend.stats()["shared_degraded"] is False  # the first real call decides
+    assert backend.stats()["shared_degraded"] is True  # the first request waits no timeout
     backend.close()
+
+
+def test_a_secret_check_redis_missed_runs_once_it_answers_again(
+    redis_servers: Callable[..., Any],
+) -> None:
+    server = redis_servers()
+    backend = RedisObservations(server.url, prefix="checked-later", socket_timeout=0.2)
+    server.freeze()
+    try:
+        assert backend.check_secret(OTHER.encode()) is None
+    finally:
+        server.thaw()
+    theirs = RedisObservations(server.url, prefix="checked-later")
+    assert theirs.check_secret(SECRET.encode()) is True  # the first writer's secret stands
+    after_the_backoff = time.monotonic() + 120
+    assert backend.lookup(["00"], after_the_backoff, 60) is not None
+    assert backend.stats()["shared_split"] is True  # the missed check ran with that call
+    backend.close()
+    theirs.close()

@@ -282,6 +282,26 @@ def test_a_frozen_redis_never_stalls_unscoped_calls_or_other_pools(
         server.thaw()
 
 
+def test_the_first_scoped_call_against_a_frozen_redis_costs_one_timeout(
+    redis_servers: Callable[..., Server], process_shares: Callable[[Server, str], None]
+) -> None:
+    server = redis_servers()
+    process_shares(server, "1500")
+    server.freeze()  # accepts connections, answers nothing: attach, check and call all wait
+
+    def send(key: str) -> ServedWithoutHeaders:
+        return ServedWithoutHeaders()
+
+    try:
+        answer, took = timed(lambda: CredentialPool.dispatch(P, send, model="m"))
+        assert isinstance(answer, ServedWithoutHeaders)  # served from the local table
+        assert took < 1.5 + 0.5  # one timeout, then the backoff
+        _, again = timed(lambda: CredentialPool.dispatch(P, send, model="m"))
+        assert again < 0.2
+    finally:
+        server.thaw()
+
+
 def test_the_first_adispatch_attaches_to_a_frozen_redis_off_the_event_loop(
     redis_servers: Callable[..., Server], process_shares: Callable[[Server, str], None]
 ) -> None:

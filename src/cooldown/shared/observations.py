@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import sys
+import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
@@ -81,6 +82,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
     ) -> None:
         super().__init__(url, socket_timeout=socket_timeout)
         self._keys = [f"{{{prefix}}}:{name}" for name in shared_scripts.KEY_NAMES]
+        self._pending_secret: bytes | None = None  # a secret check Redis has not answered
         self._foreign_prefix = f"{{{prefix}}}:foreign:"  # then the provider's hex id
         self._leases = itertools.count(1)
         self._unreleased: deque[str] = deque(maxlen=UNRELEASED)
@@ -99,18 +101,25 @@ class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
     def check_secret(self, secret: bytes) -> bool | None:
         """Whether this process shares the secret of the first process that wrote under the
         prefix (`None`: Redis did not answer). A mismatch splits the fleet silently, since
-        each secret derives other ids: it is logged once. Run once, when a store attaches;
-        a failure here is left to the first real call to notice (no backoff starts here)."""
+        each secret derives other ids: it is logged once. Run when a store attaches; a
+        failure starts the backoff like any call (a frozen Redis costs one timeout, not one
+        here and another in the first request), and the check runs again once Redis answers."""
         mine = hmac.new(secret, SECRET_CHECK_LABEL, hashlib.sha256).hexdigest()
-        try:
-            theirs = self._script("secret_check")(keys=[self._secret_check_key], args=[mine])
-        except Exception:
+        theirs = self._call(time.monotonic(), "secret_check", [self._secret_check_key], [mine])
+        if theirs is None:
+            self._pending_secret = secret
             return None
         same = hmac.compare_digest(theirs if isinstance(theirs, bytes) else b"", mine.encode())
         self._split = not same  # `shared_split` in stats, /status and /metrics
         if not same:
             warn_once(REDIS_SECRET_ENV, SECRET_MISMATCH_WARNING)
         return same
+
+    def _succeeded(self) -> None:
+        super()._succeeded()
+        secret, self._pending_secret = self._pending_secret, None
+        if secret is not None:  # Redis answers again: the check it missed
+            self.check_secret(secret)
 
     def record(
         self, entry: str, deadline: float, now: float, max_seconds: int, foreign: str | None = None
