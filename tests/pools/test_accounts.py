@@ -139,6 +139,8 @@ def test_malformed_accounts_in_the_environment_group_nothing_with_one_warning(
         ({"a": [True]}, TypeError),
         ({"a": [0]}, ValueError),
         ({"a": [1], "b": [1]}, ValueError),
+        ({"a": ["sk-a-one-0123456789"]}, ValueError),  # a key itself is never an account member
+        ({"a": ["k-12345678"], "b": ["k-12345678"]}, ValueError),
     ],
 )
 def test_register_refuses_what_is_not_an_account_map(accounts: Any, error: type[Exception]) -> None:
@@ -168,9 +170,12 @@ def test_a_sibling_cools_in_another_process_through_redis_within_the_attempts_ro
         return Answer(429, {"Retry-After": "30"}) if key == KEYS[0] else Answer(200)
 
     CredentialPool.dispatch(P, send, model="m", order="configured")
-    # two attempts (the throttled key, then the other account's): a start and an end each,
-    # the sibling's cooldown riding on the first end
-    assert [name for name in script_calls if name != "lookup"] == ["start", "end"] * 2
+    # the secret check as the store attaches, then two attempts (the throttled key, then the
+    # other account's): a start and an end each, the sibling's cooldown riding on the first end
+    assert [name for name in script_calls if name != "lookup"] == [
+        "secret_check",
+        *["start", "end"] * 2,
+    ]
     other = ModelCooldown()  # another process: nothing local, the same secret and prefix
     other.attach_shared(RedisObservations(redis_url, prefix=prefix), secret=secret.encode())
     assert other.available(P, KEYS, model="m") == [KEYS[2]]
@@ -218,3 +223,52 @@ def test_a_position_beyond_the_keys_is_warned_about_once(
             assert CredentialPool.key_accounts(P) == {KEYS[0]: "team-a"}
     assert len([r for r in caplog.records if "holds no key" in r.getMessage()]) == 1
     assert "sk-" not in caplog.text
+
+
+def test_a_key_keeps_its_account_when_another_key_leaves(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cooldown.pools import code_keys
+
+    clock = [1000.0]
+    monkeypatch.setattr(code_keys.time, "monotonic", lambda: clock[0])
+    in_the_secret_manager = list(KEYS)
+    CredentialPool.register(P, keys=lambda: in_the_secret_manager, accounts=ACCOUNTS)
+    assert CredentialPool.key_accounts(P) == {
+        KEYS[0]: "team-a",
+        KEYS[1]: "team-a",
+        KEYS[2]: "team-b",
+    }
+    in_the_secret_manager.remove(KEYS[0])  # revoked
+    clock[0] += 1.0
+    assert CredentialPool.keys(P) == KEYS[1:]
+    assert CredentialPool.key_accounts(P) == {KEYS[1]: "team-a", KEYS[2]: "team-b"}
+    CredentialPool.record(P, KEYS[1], 429, model="m", retry_after_seconds=30, now=0)
+    assert CredentialPool.available(P, model="m", now=1) == [KEYS[2]]  # team-b's key is free
+
+
+def test_a_keys_status_label_stands_in_for_its_position(enabled: None) -> None:
+    CredentialPool.register(P, keys=KEYS)
+    labels = [row["label"] for row in CredentialPool.status(P)["keys"]]
+    CredentialPool.register(P, keys=KEYS, accounts={"team-a": [labels[0], 2], "team-b": [3]})
+    assert CredentialPool.key_accounts(P) == {
+        KEYS[0]: "team-a",
+        KEYS[1]: "team-a",
+        KEYS[2]: "team-b",
+    }
+    CredentialPool.record(P, KEYS[1], 429, model="m", retry_after_seconds=30, now=0)
+    assert CredentialPool.available(P, model="m", now=1) == [KEYS[2]]
+
+
+def test_environment_keys_keep_their_accounts_when_one_is_unset(
+    enabled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, key in zip(
+        ("ACCOUNTED_KEY", "ACCOUNTED_KEY_1", "ACCOUNTED_KEY_2"), KEYS, strict=True
+    ):
+        monkeypatch.setenv(name, key)
+    CredentialPool.register(P, "ACCOUNTED_KEY", accounts=ACCOUNTS)
+    assert CredentialPool.key_accounts(P)[KEYS[2]] == "team-b"
+    monkeypatch.delenv("ACCOUNTED_KEY")  # the operator takes the first key out
+    assert CredentialPool.keys(P) == KEYS[1:]
+    assert CredentialPool.key_accounts(P) == {KEYS[1]: "team-a", KEYS[2]: "team-b"}

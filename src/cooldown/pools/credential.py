@@ -80,7 +80,8 @@ class CredentialPool(KeyRecording, PoolActions):
     _learner: WindowLearner
     _legacy: LegacyRests
     _providers: dict[str, str | CodeKeys]
-    _accounts: dict[str, dict[int, str]]
+    _accounts: dict[str, dict[int | str, str]]
+    _first_positions: dict[str, dict[str, int]]
 
     def __init__(self, store: ModelCooldown | None = None) -> None:
         """A pool with the built-in providers and nothing else in common with any other;
@@ -96,6 +97,7 @@ class CredentialPool(KeyRecording, PoolActions):
         state._legacy = LegacyRests()
         state._providers = dict(BUILT_IN_PROVIDERS)
         state._accounts = {}
+        state._first_positions = {}
         state._refill = {}
 
     def __repr__(self) -> str:
@@ -110,7 +112,7 @@ class CredentialPool(KeyRecording, PoolActions):
         base_env: str | None = None,
         *,
         keys: KeySource | None = None,
-        accounts: Mapping[str, Sequence[int]] | None = None,
+        accounts: Mapping[str, Sequence[int | str]] | None = None,
         refill: RefillSetting = "auto",
     ) -> None:
         """Pool `provider`'s keys from the variables `base_env` and `base_env_<n>`, or from
@@ -135,6 +137,7 @@ class CredentialPool(KeyRecording, PoolActions):
             raise ValueError(f"refill must be one of {REFILL_SETTINGS}")
         with self._lock:
             self._providers[provider] = source
+            self._first_positions.pop(provider, None)
             self._refill[provider] = refill
             if grouped is None:
                 self._accounts.pop(provider, None)
@@ -301,8 +304,10 @@ class CredentialPool(KeyRecording, PoolActions):
 
     @pool_method
     def reset(self) -> None:
-        """Forget every legacy rest (tests); registered providers stay."""
+        """Forget every legacy rest and where keys were first seen (tests); registered
+        providers stay."""
         self._legacy.reset()
+        self._first_positions.clear()
 
 
 CredentialPool._start(CredentialPool, model_cooldown, window_learner)

@@ -22,7 +22,8 @@ class KeySelection:
     store: ModelCooldown
     _legacy: LegacyRests
     _providers: dict[str, str | CodeKeys]  # the base variable of its keys, or code
-    _accounts: dict[str, dict[int, str]]  # registered: position -> label
+    _accounts: dict[str, dict[int | str, str]]  # registered: position or key label -> label
+    _first_positions: dict[str, dict[str, int]]  # each pooled key's place when first seen
 
     @pool_method
     def keys(self, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -42,13 +43,21 @@ class KeySelection:
         self, provider: str, environ: Mapping[str, str] | None = None
     ) -> dict[str, int]:
         """Each configured key's 1-based place in its list as configured (what account
-        positions name): a placeholder or duplicate dropped keeps its place."""
+        positions name): a placeholder or duplicate dropped keeps its place, and a key keeps
+        the place it was first seen at while it stays pooled, so a key that leaves moves no
+        other key between accounts."""
         source = self._providers.get(provider)
         if source is None:
             return {}
         if isinstance(source, CodeKeys):
-            return source.positions()
-        return discovered_positions(source, numbered_keys(source), environ)
+            positions = source.positions()
+        else:
+            positions = discovered_positions(source, numbered_keys(source), environ)
+        seen = self._first_positions.get(provider, {})
+        kept = {key: seen.get(key, place) for key, place in positions.items()}
+        if kept.keys() != seen.keys():  # a key came or left: keys that left are forgotten
+            self._first_positions[provider] = kept
+        return kept
 
     @pool_method
     def _reads_keys_now(self, provider: str) -> bool:
@@ -78,7 +87,10 @@ class KeySelection:
             grouped = self.accounts(provider)
         if not grouped:
             return {}
-        return labels_by_key(keys, grouped, self.key_positions(provider), provider)
+        positions = self.key_positions(provider)
+        return labels_by_key(
+            keys, grouped, positions, provider, lambda key: self.store.label(provider, key)
+        )
 
     @pool_method
     def siblings(self, provider: str, key: str) -> list[str]:
