@@ -74,6 +74,10 @@ class ModelCooldownExhausted(CooldownError):
     free_in_seconds: float | None = None
     """When the store raised it: how long until the earliest key frees, unrounded (a
     dispatch that may wait sleeps that long, not the whole `retry_after` seconds)."""
+    awaits_attempts: bool = False
+    """When the store raised it: a key is held only while attempts of this process are in
+    flight on its budget, so one's end may free it sooner (a dispatch that may wait waits
+    for that end rather than giving up at once)."""
 
 
 class ModelCooldownCapacity(CooldownError):

@@ -135,6 +135,35 @@ def test_a_waiter_is_served_when_an_attempt_in_flight_releases_its_probe(answere
     assert probe.woken_after_release() < 0.5  # woken by the release, not the probe's 1 s
 
 
+def test_a_waiter_waits_for_the_attempt_in_flight_on_the_last_unit_of_a_budget() -> None:
+    CredentialPool.register(P, keys=KEYS[:1])
+    last_one = {"x-ratelimit-remaining-requests": "1", "x-ratelimit-reset-requests": "60s"}
+    CredentialPool.dispatch(P, lambda key: Answer(200, last_one), model="m")
+    in_flight, release = threading.Event(), threading.Event()
+    more = {"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "60s"}
+
+    def on_the_last_unit(key: str) -> Answer:
+        in_flight.set()
+        assert release.wait(BOUND)
+        return Answer(200, more)  # its answer announces a newer budget
+
+    holder = threading.Thread(
+        target=CredentialPool.dispatch, args=(P, on_the_last_unit), kwargs={"model": "m"}
+    )
+    holder.start()
+    assert in_flight.wait(BOUND)
+    with pytest.raises(ModelCooldownExhausted):  # without a wait: our 429 at once
+        CredentialPool.dispatch(P, lambda key: Answer(200), model="m")
+    probe = Probe()
+    waiter = waiting_in_a_thread(probe.waiter_send, wait=4)
+    released_at = time.monotonic()
+    release.set()
+    holder.join(BOUND)
+    waiter.join(BOUND)
+    assert probe.sent_at, "the waiter gave up while the last unit was in flight"
+    assert probe.sent_at[0] - released_at < 0.5  # woken by the attempt's end
+
+
 def test_the_deadline_is_kept_with_the_then_remaining_retry_after() -> None:
     cool_every_key(1)  # the shortest cooldown there is
     rethrottle = threading.Timer(0.3, cool_every_key, args=(30,))

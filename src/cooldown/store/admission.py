@@ -161,6 +161,11 @@ class Admission:
     def probing(self, entry: bytes) -> bool:
         return entry in self._probing
 
+    def in_flight_on(self, entry: bytes, account: bytes | None) -> bool:
+        """Are attempts of this process in flight on the key's budget (its own, or its
+        account's)? Their ends may free it before its hold says."""
+        return self._in_flight.get(entry if account is None else account, 0) > 0
+
     def weigh(
         self,
         entry: bytes,

@@ -92,10 +92,13 @@ def gather(
     return ceiling, prefix, keys, message, legacy, given_now, shared, shared_overflow, grouped
 
 
-def exhausted(earliest: float, now: float, ceiling: int) -> ModelCooldownExhausted:
+def exhausted(
+    earliest: float, now: float, ceiling: int, *, awaits_attempts: bool = False
+) -> ModelCooldownExhausted:
     """The 429, with the exact seconds until the earliest key frees beside its whole ones."""
     refusal = ModelCooldownExhausted(retry_after(earliest, now, ceiling))
     refusal.free_in_seconds = min(float(ceiling), max(0.0, earliest - now))
+    refusal.awaits_attempts = awaits_attempts
     return refusal
 
 
@@ -139,13 +142,14 @@ def admissible(
     spread: bool,
     stop_at_free_outside: Collection[str] | None = None,
     cost: int | None = None,
-) -> tuple[list[Admitted], float]:
+) -> tuple[list[Admitted], float, bool]:
     """The keys a dispatch may use now, as (key, credential digest, entry, account entry),
-    in the order asked for; and the earliest moment another key is free (a release, a
-    budget's reset, or one second for a probe in flight). In configured order,
-    `stop_at_free_outside` ends the scan at the first free key not in it: a dispatch needs
-    no more. `cost` is the request's tokens, held against each key's (or its account's)
-    token budget."""
+    in the order asked for; the earliest moment another key is free (a release, a
+    budget's reset, or one second for a probe in flight); and whether a key is held only
+    while attempts of this process are in flight on it (their ends may free it sooner). In
+    configured order, `stop_at_free_outside` ends the scan at the first free key not in it:
+    a dispatch needs no more. `cost` is the request's tokens, held against each key's (or
+    its account's) token budget."""
     ceiling, prefix, keys, scope, legacy, _, _, _, labels = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
@@ -166,6 +170,7 @@ def admissible(
         stop_at_free_outside = None
     free: list[tuple[Load, int, str, bytes, bytes, bytes | None]] = []
     earliest = math.inf
+    awaited = False
     for position, key in enumerate(keys):
         if digested:
             credential, entry = digested[position]
@@ -183,6 +188,8 @@ def admissible(
             release, load = admission.weigh(
                 entry, now, cost, oversize=oversize, account=account, maximum=ceiling
             )
+            if release > now and not awaited:
+                awaited = admission.in_flight_on(entry, account)
         if release <= now:
             ranked = load if spread or oversize else _NO_LOAD
             free.append((ranked, position, key, credential, entry, account))
@@ -194,7 +201,7 @@ def admissible(
         free.sort()  # by load, then configured position (unique: nothing after it compares)
     elif oversize:  # by weight: minus the key's token limit
         free.sort(key=lambda item: (item[0][1], item[1]))
-    return [item[2:] for item in free], earliest
+    return [item[2:] for item in free], earliest, awaited
 
 
 class Selection(StoreParts):
@@ -254,13 +261,14 @@ class Selection(StoreParts):
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
             admitted: list[Admitted] = []
+            awaited = False
             if scope is not None:  # in any order: a probe out or a spent budget holds a key
                 stop_at_free_outside: Collection[str] | None = None
                 if claim is not None and not spread:
                     stop_at_free_outside = claim.first_free_outside()
                 elif mode == "select" and not spread:
                     stop_at_free_outside = ()
-                admitted, earliest = admissible(
+                admitted, earliest, awaited = admissible(
                     self._deadlines,
                     self._digest,
                     self._admission,
@@ -283,7 +291,7 @@ class Selection(StoreParts):
                 )
             if keys and not free and mode != "available":
                 self._exhausted_total += 1
-                raise exhausted(earliest, current_time, ceiling)
+                raise exhausted(earliest, current_time, ceiling, awaits_attempts=awaited)
             overflow = max(self._schedule.overflow_until, shared_overflow)
             if free and overflow > current_time:  # an empty result never raises this
                 self._capacity_rejections_total += 1

@@ -73,7 +73,7 @@ class KeyWaiters:
         provider, or with the earliest key free only beyond `seconds`: `refusal` at once."""
         started = time.monotonic()
         deadline = started + seconds
-        if _free_in(refusal) > seconds:
+        if _free_in(refusal) > seconds and not refusal.awaits_attempts:
             raise refusal
         ticket = object()
         key = (provider, scope)
@@ -118,8 +118,8 @@ class KeyWaiters:
                     if left <= 0 or (head and ready):
                         break
                     pause = min(left, recheck or left)
-                    if head:  # the earliest key frees then, unless a release comes first
-                        pause = min(pause, max(0.0, _free_in(refusal)) + 0.001)
+                    if head and not refusal.awaits_attempts:  # unless a release comes first,
+                        pause = min(pause, max(0.0, _free_in(refusal)) + 0.001)  # it frees then
                     self._changed.wait(pause)
                     ready = True
             ready = False
@@ -128,7 +128,8 @@ class KeyWaiters:
                 taken = admit()  # no lock held: it may reach Redis
             except ModelCooldownExhausted as again:
                 refusal = again
-                if timed_out or _free_in(again) > deadline - time.monotonic():
+                beyond = _free_in(again) > deadline - time.monotonic()
+                if timed_out or (beyond and not again.awaits_attempts):
                     self._count("waits_timed_out_total", started)
                     raise
                 continue
