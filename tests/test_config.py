@@ -230,3 +230,30 @@ def test_the_warn_once_set_is_capped(fresh_warnings: None) -> None:
     configured_nanogpt_keys(names)
     assert len(config._warned) == config.WARNED_NAMES_LIMIT
     assert config.warnings_suppressed_total >= 3000 - config.WARNED_NAMES_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("MODEL_COOLDOWN_WAIT_SECONDS", "1.\u00b2"),  # a superscript two: a digit float() refuses
+        ("MODEL_COOLDOWN_WAIT_SECONDS", "\u0663"),  # an Arabic-Indic three
+        ("MODEL_COOLDOWN_WAIT_SECONDS", "1e1"),
+        ("MODEL_COOLDOWN_WAIT_SECONDS", "nan"),
+        ("MODEL_COOLDOWN_MAX_WAITERS", "\u00b2"),
+        ("MODEL_COOLDOWN_MAX_WAITERS", "\u0661\u0660"),
+        ("MODEL_COOLDOWN_MAX_WAITERS", "1.5"),
+    ],
+)
+def test_a_malformed_waiting_setting_is_its_default_with_one_warning(
+    name: str, raw: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    default = CooldownSettings()
+    with caplog.at_level(logging.WARNING, logger="cooldown"):
+        for _ in range(3):
+            parsed = settings({"MODEL_COOLDOWN_ENABLED": "true", name: raw})
+            assert (parsed.wait_seconds, parsed.max_waiters) == (
+                default.wait_seconds,
+                default.max_waiters,
+            )
+    assert [r.getMessage() for r in caplog.records] == [f"{name} is malformed; its default is used"]
+    assert raw not in caplog.text

@@ -112,7 +112,7 @@ def parse_wait_seconds(raw: str | None, default: float) -> float:
     if not value:
         return default
     whole, _, fraction = value.partition(".")
-    if not (whole.isascii() and whole.isdigit() and (not fraction or fraction.isdigit())):
+    if not (value.isascii() and whole.isdigit() and (not fraction or fraction.isdigit())):
         raise Malformed(WAIT_SECONDS_ENV)
     if len(whole) > 2 or len(fraction) > 6 or float(value) > LONGEST_WAIT_SECONDS:
         raise Malformed(WAIT_SECONDS_ENV)
