@@ -334,6 +334,31 @@ def test_waits_are_counted_in_metrics_with_a_histogram_of_seconds(
     ).text
     assert "model_cooldown_waits_total 1.0" in text
     assert "model_cooldown_waits_served_total 1.0" in text
+    assert "model_cooldown_exhausted_total 0.0" in text  # no client got a 429
     assert 'model_cooldown_wait_seconds_bucket{le="0.5"} 0.0' in text
     assert 'model_cooldown_wait_seconds_bucket{le="2.0"} 1.0' in text
     assert "model_cooldown_wait_seconds_count 1.0" in text
+
+
+def test_exhausted_counts_the_429s_clients_get_not_those_a_wait_outlived() -> None:
+    cool_every_key(1)
+    served: list[object] = []
+    threads = [
+        threading.Thread(
+            target=lambda: served.append(
+                CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=5)
+            )
+        )
+        for _ in range(10)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(BOUND)
+    assert len(served) == 10
+    assert model_cooldown.stats()["exhausted_total"] == 0
+    cool_every_key(30)
+    for _ in range(3):
+        with pytest.raises(ModelCooldownExhausted):
+            CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=1)
+    assert model_cooldown.stats()["exhausted_total"] == 3

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..arguments import resolve_now
+from ..errors import ModelCooldownExhausted
 from ..evidence.advice import QuotaBuckets
 from ..evidence.learn import WindowLearner, window_learner
 from ..forksafe import new_lock
@@ -208,7 +209,11 @@ class CredentialPool(KeyRecording, PoolActions):
             cost,
             checked_wait(wait),
         )
-        return rotate(steps, send)
+        try:
+            return rotate(steps, send)
+        except ModelCooldownExhausted:
+            self.store.count_exhausted()  # the 429 a client gets
+            raise
 
     @pool_method
     async def adispatch(
@@ -257,10 +262,17 @@ class CredentialPool(KeyRecording, PoolActions):
             or shared_state_configured()
             or self._reads_keys_now(provider)
         )
-        if not offload:
-            return await arotate(build(), send, offload=False)
-        steps = await in_thread(threads, build)
-        return await arotate(steps, send, offload=True, threads=threads)
+        try:
+            if not offload:
+                return await arotate(build(), send, offload=False)
+            steps = await in_thread(threads, build)
+            return await arotate(steps, send, offload=True, threads=threads)
+        except ModelCooldownExhausted:  # the 429 a client gets; the fleet's count may reach
+            if offload:  # Redis: off the event loop
+                await in_thread(threads, self.store.count_exhausted)
+            else:
+                self.store.count_exhausted()
+            raise
 
     @pool_method
     def status(

@@ -72,7 +72,9 @@ class Attempts(StoreParts):
         dispatches take the same probe. `None` when every free key is in `exclude`; the 429
         (`ModelCooldownExhausted`) when none is free. `cost` (tokens) is held against the
         key's token budget while the attempt is in flight; `accounts` (key -> label) makes
-        the budgets of an account's keys one. End it with `finish`."""
+        the budgets of an account's keys one. End it with `finish`. A refusal here is not
+        counted in `exhausted_total`: the caller may wait or rotate on; when the 429 reaches
+        its client, `count_exhausted` says so (`dispatch` does)."""
         scope = call_scope(
             provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "spread"
         )
@@ -180,9 +182,6 @@ class Attempts(StoreParts):
             raise ModelCooldownCapacity(retry_after(answer.overflow, now, ceiling))
         if claim.excluded_free:  # the free keys left were all tried: the last answer stands
             return True, None
-        with self._lock:
-            self._exhausted_total += 1
-        sharing.backend.add_to_fleet("exhausted_total", now)
         raise exhausted(min(claim.earliest, *answer.holds), now, ceiling)
 
     @contextmanager

@@ -231,21 +231,27 @@ class Selection(StoreParts):
         spread = order == "spread" and scope is not None
         try:
             return self._choose_locked(mode, lookup, order, claim, spread, cost)
-        except CooldownError as refused:  # the fleet counts it too (after the lock)
-            self._tell_fleet(refused, time.monotonic() if given_now is None else given_now)
+        except ModelCooldownExhausted:  # a dispatch's admission: counted if it reaches a client
+            if claim is None:
+                self.count_exhausted(given_now)
+            raise
+        except CooldownError:  # the fleet counts it too (after the lock)
+            self._tell_fleet("capacity_rejections_total", given_now)
             raise
 
-    def _tell_fleet(self, refused: CooldownError, now: float) -> None:
-        """Add a refusal to the fleet's counters, on the caller's clock (its backoff runs on
+    def count_exhausted(self, now: float | None = None) -> None:
+        """One of our 429s reached a caller: `exhausted_total` counts exactly those (a
+        dispatch counts the one it raises, not the refusals its waits and rotation met)."""
+        with self._lock:
+            self._exhausted_total += 1
+        self._tell_fleet("exhausted_total", now)
+
+    def _tell_fleet(self, counter: str, now: float | None) -> None:
+        """Add to one of the fleet's counters, on the caller's clock (its backoff runs on
         it)."""
         sharing = self._shared
         if sharing is not None:
-            counter = (
-                "exhausted_total"
-                if isinstance(refused, ModelCooldownExhausted)
-                else "capacity_rejections_total"
-            )
-            sharing.backend.add_to_fleet(counter, now)
+            sharing.backend.add_to_fleet(counter, time.monotonic() if now is None else now)
 
     def _choose_locked(
         self,
@@ -290,7 +296,6 @@ class Selection(StoreParts):
                     first_only=mode == "select",
                 )
             if keys and not free and mode != "available":
-                self._exhausted_total += 1
                 raise exhausted(earliest, current_time, ceiling, awaits_attempts=awaited)
             overflow = max(self._schedule.overflow_until, shared_overflow)
             if free and overflow > current_time:  # an empty result never raises this
