@@ -138,14 +138,18 @@ def usable_advice(advice: object) -> TypeGuard[int | float]:
     return isinstance(advice, int) and not isinstance(advice, bool) and advice >= 0
 
 
-def delay(advice: object, fallback: float, max_seconds: int) -> float:
-    """Trusted advice when it is usable; the caller's fallback otherwise."""
+def delay(advice: object, fallback: float, max_seconds: int, *, exact: bool = False) -> float:
+    """Trusted advice when it is usable; the caller's fallback otherwise. At least a second
+    (no immediate redispatch), except that an `exact` delay (a budget's refill) below one
+    second is kept as it is; a zero delay is a second either way."""
     if advice is None:
         chosen = fallback
     elif type(advice) is float and 0.0 <= advice < math.inf:  # usable_advice, the common case
         chosen = advice
     else:  # capped before any float(): an int may be too large for a float
         chosen = min(advice, max_seconds) if usable_advice(advice) else fallback
+    if exact and chosen > 0:
+        return min(float(max_seconds), float(chosen))
     return min(float(max_seconds), max(1.0, chosen))
 
 

@@ -226,3 +226,45 @@ def test_status_explains_a_token_hold_for_the_requests_cost(
     assert [key["reason"] for key in held["keys"]] == ["budget"]
     assert held["keys"][0]["retry_after"] == raised.value.retry_after  # what the client got
     assert CredentialPool.status("token-held", model=MODEL, now=NOW)["ready"] == 1  # 1 fits
+
+
+class Served:
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.status_code, self.headers = 200, headers
+
+
+@pytest.mark.parametrize(
+    ("headers", "held"),
+    [
+        (  # the docs' example: one request back every 360 s / 500
+            {
+                "x-ratelimit-limit-requests": "500",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "6m0s",
+            },
+            0.72,
+        ),
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "200ms"}, 0.2),
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "0.5s"}, 0.5),
+    ],
+    ids=["refill-0.72s", "reset-200ms", "reset-0.5s"],
+)
+@pytest.mark.parametrize("refill", ["auto", "continuous"])
+def test_a_budgets_sub_second_hold_lasts_as_long_as_its_refill_says(
+    enabled: None,
+    monkeypatch: pytest.MonkeyPatch,
+    headers: dict[str, str],
+    held: float,
+    refill: Any,
+) -> None:
+    monkeypatch.setattr(CredentialPool, "_providers", dict(CredentialPool._providers))
+    CredentialPool.register("sub-second", keys=KEYS[:1], refill=refill)
+    CredentialPool.dispatch("sub-second", lambda key: Served(headers), model=MODEL, now=NOW)
+    assert CredentialPool.available("sub-second", model=MODEL, now=NOW + held - 0.01) == []
+    assert CredentialPool.available("sub-second", model=MODEL, now=NOW + held + 0.01) == KEYS[:1]
+
+
+def test_a_throttle_without_advice_still_cools_for_a_second(enabled: None) -> None:
+    CredentialPool.record("ce-gpt-pro", KEYS[0], 429, model=MODEL, retry_after_seconds=0, now=NOW)
+    assert CredentialPool.available("ce-gpt-pro", [KEYS[0]], model=MODEL, now=NOW + 0.99) == []
+    assert CredentialPool.available("ce-gpt-pro", [KEYS[0]], model=MODEL, now=NOW + 1.0) == KEYS[:1]

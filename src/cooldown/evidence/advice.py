@@ -12,7 +12,7 @@ from urllib.parse import unquote
 from ..arguments import wall_clock
 from ..config import app_setting, settings, warn_once
 from .headers import Headers, header_value, lowered_headers
-from .outcome import UpstreamOutcome, classify_status, classify_upstream_outcome
+from .outcome import SPENT_WINDOW, UpstreamOutcome, classify_status, classify_upstream_outcome
 from .ratelimit import lone_reset, millisecond_advice, spent_window_reset
 
 __all__ = [
@@ -211,11 +211,11 @@ def recording_context(
             window = spent_window_reset(lowered, moment) if lowered else None
             if window is not None:
                 outcome = UpstreamOutcome(
-                    outcome.replay_permission, "success", "throttled", "rate_limit_exhausted"
+                    outcome.replay_permission, "success", "throttled", SPENT_WINDOW
                 )
                 advice = window
     throttled = outcome.credential_health == "throttled"
-    if lowered and throttled and outcome.reason != "rate_limit_exhausted":
+    if lowered and throttled and outcome.reason != SPENT_WINDOW:
         # A 429: "retry in 2 s" while an hour-long window is spent means the later of the two;
         # a reset given without its counter is advice too (the 429 says the window is spent).
         advice = _later(advice, spent_window_reset(lowered, moment))

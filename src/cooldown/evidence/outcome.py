@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["TRANSPORT_FAILURES", "UpstreamOutcome", "classify_status", "classify_upstream_outcome"]
+__all__ = [
+    "SPENT_WINDOW",
+    "TRANSPORT_FAILURES",
+    "UpstreamOutcome",
+    "classify_status",
+    "classify_upstream_outcome",
+]
+
+SPENT_WINDOW = "rate_limit_exhausted"
+"""The reason of a served answer whose headers show a spent window: a budget's hold, which
+lasts as long as its refill says (a throttle's cooldown lasts at least a second)."""
 
 PROVIDER_HEALTH = frozenset({"success", "failure", "neutral"})
 CREDENTIAL_HEALTH = frozenset({"accepted", "rejected", "throttled", "unknown"})

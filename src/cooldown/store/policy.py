@@ -18,7 +18,7 @@ from ..arguments import (
 from ..config import warn_once
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import ModelCooldownExhausted
-from ..evidence.outcome import UpstreamOutcome
+from ..evidence.outcome import SPENT_WINDOW, UpstreamOutcome
 from ..evidence.quota import QUOTA_SPENT
 from ..forksafe import new_lock
 from .admission import ORDERS, Admission, Attempt, Order
@@ -178,7 +178,9 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         started = None if sent_at is None else resolve_now(sent_at, "sent_at")
         health = outcome.credential_health
         quota = outcome.reason == QUOTA_SPENT.reason and credential_wide_auth
-        cooling = delay(retry_after_seconds, fallback, ceiling)
+        cooling = delay(
+            retry_after_seconds, fallback, ceiling, exact=outcome.reason == SPENT_WINDOW
+        )
         escalated = False
         owner = self._digest(credential_prefix(provider)) if foreign else None
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
