@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -113,11 +114,11 @@ def test_clear_forgets_a_spent_budget(enabled: None, spent: dict[str, str]) -> N
 
 
 @pytest.mark.parametrize("action", ["drain", "undrain", "clear"])
-def test_an_unknown_label_or_provider_is_a_key_error_naming_the_label(action: str) -> None:
+def test_an_unknown_label_or_provider_is_a_key_error_naming_what_is_unknown(action: str) -> None:
     with pytest.raises(KeyError, match="k-00000000"):
         getattr(CredentialPool, action)(P, "k-00000000")
-    with pytest.raises(KeyError, match="k-00000000"):
-        getattr(CredentialPool, action)("no-such-provider", "k-00000000")
+    with pytest.raises(KeyError, match="no provider 'no-such-provider'"):
+        getattr(CredentialPool, action)("no-such-provider", labels()[0])
     with pytest.raises(TypeError):
         getattr(CredentialPool, action)(P, 1)
 
@@ -185,3 +186,48 @@ def test_a_clear_in_one_process_reopens_the_key_in_another(
     assert second.select(P, model="m") == KEYS[1]
     later = time.monotonic() + 1  # past the quarter second a read of the fleet's marks holds
     assert first.available(P, model="m", now=later) == [KEYS[1]]  # its own entry followed
+
+
+@pytest.mark.parametrize("action", ["clear", "undrain"])
+def test_clear_and_undrain_wake_the_waiters_of_their_provider(enabled: None, action: str) -> None:
+    CredentialPool.register(P, keys=KEYS[:2])
+    label = labels()[0]
+    CredentialPool.record(P, KEYS[1], 429, model="m", retry_after_seconds=3)
+    if action == "clear":
+        CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=3)
+    else:
+        CredentialPool.drain(P, label)
+    sent_at: list[float] = []
+
+    def send(key: str) -> Answer:
+        sent_at.append(time.monotonic())
+        return Answer(200)
+
+    waiter = threading.Thread(
+        target=CredentialPool.dispatch, args=(P, send), kwargs={"model": "m", "wait": 5}
+    )
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while model_cooldown._waiters.waiting == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    acted_at = time.monotonic()
+    getattr(CredentialPool, action)(P, label)
+    waiter.join(10)
+    assert sent_at, "the waiter was never served"
+    assert sent_at[0] - acted_at < 0.5  # woken by the action, not at its 3 s re-check
+
+
+def test_another_processs_clear_reaches_every_provider_it_names(
+    enabled: None, process: Callable[[], ModelCooldown]
+) -> None:
+    first, second = (pool_over(process()) for _ in range(2))
+    for pool in (first, second):
+        pool.register("operated-b", keys=KEYS[:1])
+    first.record("operated-b", KEYS[0], 429, model="m", retry_after_seconds=600)
+    label = second.status("operated-b")["keys"][0]["label"]
+    second.clear("operated-b", label)
+    for window in range(1, 4):  # provider A is asked first in each read of the marks
+        later = time.monotonic() + window
+        first.available(P, model="m", now=later)
+        assert first.available("operated-b", model="m", now=later) == KEYS[:1]

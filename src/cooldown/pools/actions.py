@@ -25,6 +25,7 @@ class PoolActions:
     store: ModelCooldown
     _legacy: LegacyRests
     keys: Callable[..., list[str]]
+    pooled: Callable[[str], bool]
     status: Callable[..., PoolStatus]
 
     @pool_method
@@ -59,9 +60,9 @@ class PoolActions:
         scope = CallScope(provider, model, quota_bucket)
 
         def forget(provider: str, key: str) -> None:
-            self.store.clear_key(scope, key)
             if model is None and quota_bucket is None:
                 self._legacy.clear(provider, key)
+            self.store.clear_key(scope, key)  # last: it wakes the waiters, the key free
 
         return self._act("clear", scope, label, forget)
 
@@ -69,11 +70,14 @@ class PoolActions:
     def _act(
         self, action: str, scope: CallScope, label: str, act: Callable[[str, str], None]
     ) -> KeyStatus:
-        """Find the key a label names (`KeyError` naming the label), `act(provider, key)`,
-        log it (the scope by kind, never by name) and answer the key's new row."""
+        """Find the key a label names (`KeyError` naming the provider when it is not
+        registered, else the label), `act(provider, key)`, log it (the scope by kind, never
+        by name) and answer the key's new row."""
         provider = scope.provider
         if not isinstance(provider, str) or not isinstance(label, str):
             raise TypeError("provider and label must be str")
+        if not self.pooled(provider):
+            raise KeyError(f"no provider {provider!r} is registered")
         current = settings()
         if current.enabled:  # a worker that has not served yet acts on the fleet too
             share_when_configured(self.store, current)

@@ -31,7 +31,8 @@ class KeyActions(StoreParts):
     """Mixed into `ModelCooldown`: an operator's label, drain and clear of one key."""
 
     _drained: set[bytes]
-    _fleet_marks: object  # the last OperatorMarks whose clears this store followed
+    _marks_followed: dict[str, object]  # provider -> the last OperatorMarks whose clears of
+    # its keys this store followed (each provider follows every read of the fleet's marks)
     _clears_followed: dict[str, float]  # shared credential id -> the latest clear followed
 
     def label(self, provider: str, key: str) -> str:
@@ -57,6 +58,8 @@ class KeyActions(StoreParts):
                 raise ValueError("too many drained keys")
             else:
                 self._drained.add(local)
+        if not drained:
+            self._waiters.notify()  # the key is back: a waiter may take it now
         sharing = self._shared
         if sharing is not None:  # no lock across the round trip
             sharing.backend.drain(sharing.digest(message).hex(), resolve_now(now), drained=drained)
@@ -79,9 +82,11 @@ class KeyActions(StoreParts):
             marks = sharing.backend.operator_marks(resolve_now(now))
             if marks is not None:
                 shared = marks.drained
-                if marks.clears and marks is not self._fleet_marks:
+                if marks.clears and self._marks_followed.get(provider) is not marks:
                     followed = self._follow_clears(sharing, provider, keys, marks.clears)
-                    self._fleet_marks = marks
+                    if len(self._marks_followed) >= MAX_DRAINED:
+                        self._marks_followed.clear()
+                    self._marks_followed[provider] = marks
                     if cleared is not None:
                         cleared.extend(followed)
         if not (self._drained or shared):
@@ -125,6 +130,7 @@ class KeyActions(StoreParts):
                 self._schedule.discard(entry)
             self._admission.forget(matches)
             self._quota.forget(matches)
+        self._waiters.notify()  # a key may be free now: its waiters need not sleep it out
 
     def _follow_clears(
         self, sharing: Sharing, provider: str, keys: list[str], clears: Mapping[str, float]

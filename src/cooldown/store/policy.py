@@ -120,7 +120,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         self._waiters = KeyWaiters()
         self._quota = QuotaMarks(MAX_ENTRIES)
         self._refills = {}
-        self._fleet_marks: object = None
+        self._marks_followed: dict[str, object] = {}
         self._clears_followed: dict[str, float] = {}
 
     def __repr__(self) -> str:
@@ -346,7 +346,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             self._quota.clear()
             self._refills.clear()
             self._clears_followed.clear()
-            self._fleet_marks = None
+            self._marks_followed.clear()
             self._escalated_total = 0
             self._exhausted_total = 0
             self._capacity_rejections_total = 0
