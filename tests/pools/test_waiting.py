@@ -3,10 +3,12 @@ records, first come first served, capped, and never stalling an event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -362,3 +364,92 @@ def test_exhausted_counts_the_429s_clients_get_not_those_a_wait_outlived() -> No
         with pytest.raises(ModelCooldownExhausted):
             CredentialPool.dispatch(P, lambda key: Answer(200), model="m", wait=1)
     assert model_cooldown.stats()["exhausted_total"] == 3
+
+
+async def waiting_task(send: Callable[[str], Any], wait: float) -> asyncio.Task[Any]:
+    """An `adispatch` with `wait` as a task of its own, returned once it waits for a key."""
+    task = asyncio.ensure_future(CredentialPool.adispatch(P, send, model="m", wait=wait))
+    deadline = time.monotonic() + BOUND
+    while model_cooldown._waiters.waiting == 0:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.005)
+    return task
+
+
+@pytest.mark.parametrize("how", ["cancel", "wait_for"])
+def test_a_cancelled_async_waiter_leaves_at_once_and_takes_no_key(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODEL_COOLDOWN_MAX_WAITERS", "1")
+    CredentialPool.register(P, keys=KEYS[:1])
+    CredentialPool.record(P, KEYS[0], 429, model="m", retry_after_seconds=1)
+    sent: list[str] = []
+
+    async def send(key: str) -> Answer:
+        sent.append(key)
+        return Answer(200)
+
+    async def scenario() -> None:
+        if how == "cancel":
+            task = await waiting_task(send, wait=5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:  # a client gone: the server's timeout cancels the request
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    CredentialPool.adispatch(P, send, model="m", wait=5), timeout=0.2
+                )
+        deadline = time.monotonic() + 0.5
+        while model_cooldown._waiters.waiting:  # its place is given back at once
+            assert time.monotonic() < deadline, "the gone waiter still holds its place"
+            await asyncio.sleep(0.005)
+        live = await waiting_task(send, wait=5)  # the cap (1) takes a live caller now
+        answer = await live
+        assert answer.status_code == 200
+        assert sent == [KEYS[0]]  # sent once, for the live caller: nothing for the gone one
+        again = await CredentialPool.adispatch(P, send, model="m")
+        assert again.status_code == 200  # no probe stranded on the key
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_reaches_its_caller_at_once_with_4096_waiters_of_other_providers() -> None:
+    pools = [CredentialPool() for _ in range(2)]
+    waited = [(pool, f"crowded-{index}") for pool in pools for index in range(32)]
+    for pool, provider in waited:
+        pool.register(provider, keys=KEYS[:1])
+        pool.record(provider, KEYS[0], 429, model="m", retry_after_seconds=15)
+    answered_at: list[float] = []
+
+    async def send(key: str) -> Answer:
+        return Answer(200)
+
+    async def measured(key: str) -> Answer:
+        answered_at.append(time.monotonic())
+        return Answer(200)
+
+    def waiting() -> int:
+        return sum(pool.store._waiters.waiting for pool in pools)
+
+    async def scenario() -> float:
+        crowd = [
+            asyncio.ensure_future(pool.adispatch(provider, send, model="m", wait=20))
+            for pool, provider in waited
+            for _ in range(64)  # each provider's default cap
+        ]
+        deadline = time.monotonic() + 60
+        while waiting() < 4096:
+            assert time.monotonic() < deadline, waiting()
+            await asyncio.sleep(0.01)
+        called_at = time.monotonic()
+        answer = await CredentialPool.adispatch(P, measured, model="m", wait=5)
+        received = time.monotonic() - answered_at[0]
+        assert answered_at[0] - called_at < 0.5  # its free key taken at once, no thread waited
+        for task in crowd:
+            task.cancel()
+        await asyncio.gather(*crowd, return_exceptions=True)
+        assert answer.status_code == 200
+        return received
+
+    assert asyncio.run(scenario()) < 0.05

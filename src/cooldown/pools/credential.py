@@ -28,7 +28,7 @@ from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
 from .rotation import arotate, in_thread, refuse_coroutine_function, rotate
-from .waiting import checked_wait, wait_threads
+from .waiting import Wait, checked_wait, step_threads, wait_threads
 
 __all__ = ["CredentialPool"]
 
@@ -207,7 +207,7 @@ class CredentialPool(KeyRecording, PoolActions):
             rotate_on,
             advice,
             cost,
-            checked_wait(wait),
+            Wait(checked_wait(wait)),
         )
         try:
             return rotate(steps, send)
@@ -240,6 +240,7 @@ class CredentialPool(KeyRecording, PoolActions):
         every step, in threads of its own (a waiting dispatch never holds up the loop).
         """
         seconds = checked_wait(wait)
+        gone = threading.Event()  # set when this caller is cancelled: its waiter leaves
         build = functools.partial(
             steps_for,
             self,
@@ -253,22 +254,28 @@ class CredentialPool(KeyRecording, PoolActions):
             rotate_on,
             advice,
             cost,
-            seconds,
+            Wait(seconds, gone),
         )
-        threads = wait_threads() if seconds > 0 else None
         offload = (
-            threads is not None
+            seconds > 0
             or self.store.shared is not None
             or shared_state_configured()
             or self._reads_keys_now(provider)
         )
+        threads = step_threads() if offload else None
+        waits = wait_threads() if seconds > 0 else None
+
+        def leave() -> None:
+            gone.set()
+            self.store.leave_wait(gone)
+
         try:
-            if not offload:
-                return await arotate(build(), send, offload=False)
+            if threads is None:
+                return await arotate(build(), send, offload=None)
             steps = await in_thread(threads, build)
-            return await arotate(steps, send, offload=True, threads=threads)
+            return await arotate(steps, send, offload=threads, waits=waits, leave=leave)
         except ModelCooldownExhausted:  # the 429 a client gets; the fleet's count may reach
-            if offload:  # Redis: off the event loop
+            if threads is not None:  # Redis: off the event loop
                 await in_thread(threads, self.store.count_exhausted)
             else:
                 self.store.count_exhausted()

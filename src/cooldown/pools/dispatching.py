@@ -29,6 +29,7 @@ from ..store.refills import Refill, RefillSetting
 from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
 from .rotation import Steps, check_rotate_on, rotation
+from .waiting import NO_WAIT, Wait
 
 __all__ = ["steps_for"]
 
@@ -130,7 +131,7 @@ def steps_for(
     rotate_on: Iterable[int],
     advice: object,
     cost: object = None,
-    wait: float = 0.0,
+    wait: Wait = NO_WAIT,
 ) -> Steps:
     """The loop's steps for one dispatch; its arguments checked before anything is sent."""
     rotate_on = check_rotate_on(rotate_on)
@@ -190,10 +191,11 @@ class _ScopedDispatch:
         now: float | None,
         current: CooldownSettings,
         cost: int | None,
-        wait: float,
+        wait: Wait,
     ) -> None:
         self.pool, self.current = pool, current
-        self.wait_until = time.monotonic() + wait  # monotonic: until when it may wait for a key
+        self.wait_until = time.monotonic() + wait.seconds  # monotonic: until when it may wait
+        self.gone = wait.gone  # set when an adispatch's caller is gone
         self.store, self.learner = pool.store, pool._learner
         self.affinity = check_affinity(affinity)
         self.scope = CallScope(  # its accounts are read with the keys, at each admission
@@ -222,7 +224,7 @@ class _ScopedDispatch:
             if self.wait_until <= waiting_from:
                 raise
             scope = self.scope
-            return self.store.wait_for_key(
+            taken = self.store.wait_for_key(
                 scope.provider,
                 scope.model,
                 scope.quota_bucket,
@@ -230,7 +232,12 @@ class _ScopedDispatch:
                 lambda: self._admit_once(set(), waited=time.monotonic() - waiting_from),
                 seconds=self.wait_until - waiting_from,
                 max_waiters=self.current.max_waiters,
+                gone=self.gone,
             )
+            if taken is not None and self.gone is not None and self.gone.is_set():
+                self.store.finish(taken[1], served=False, answered=False)  # its caller left
+                raise refusal from None
+            return taken
 
     def _admit_once(self, tried: set[str], waited: float = 0.0) -> tuple[str, Attempt] | None:
         """One admission; a caller's own clock (`now=`) moves on by the time waited."""

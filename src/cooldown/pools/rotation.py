@@ -14,7 +14,7 @@ import contextvars
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Iterable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import Any, Protocol, TypeVar
 
 from ..errors import CooldownError, ModelCooldownExhausted
@@ -22,12 +22,23 @@ from ..evidence.advice import RecordingContext
 from ..evidence.answers import Answer, answer_raised, answer_returned
 from ..evidence.outcome import classify_status
 
-__all__ = ["arotate", "check_rotate_on", "in_thread", "rotate", "rotation"]
+__all__ = ["ADMIT", "arotate", "check_rotate_on", "in_thread", "rotate", "rotation"]
 
 _Response = TypeVar("_Response")
 _T = TypeVar("_T")
-Steps = Generator[str, Any, Any]
-"""Yields the key to send with next; receives that attempt's `Answer`; returns the last one."""
+
+
+class _Admit:
+    """The loop's word that its next step admits the next key, which may wait for one."""
+
+    def __repr__(self) -> str:
+        return "ADMIT"
+
+
+ADMIT = _Admit()
+Steps = Generator[str | _Admit, Any, Any]
+"""Yields the key to send with next (or `ADMIT` before an admission that may wait);
+receives that attempt's `Answer` (`None` after `ADMIT`); returns the last one."""
 
 
 Taken = tuple[str, Any]
@@ -95,6 +106,7 @@ def rotation(
         rotating = not served and outcome.credential_health in ("throttled", "rejected")
         if not rotating and answer.status not in rotate_on:
             return answer
+        yield ADMIT  # the attempt is over: a driver may run the admission (and a wait) apart
         try:
             admitted = rest(tried)
         except ModelCooldownExhausted:
@@ -177,6 +189,9 @@ def rotate(steps: Steps, send: Callable[[str], _Response]) -> _Response | None:
     try:
         done, value = _advance(steps, None)
         while not done:
+            if value is ADMIT:
+                done, value = _advance(steps, None)
+                continue
             answer = _sent(send, value)
             try:
                 done, value = _advance(steps, answer)
@@ -192,33 +207,51 @@ async def arotate(
     steps: Steps,
     send: Callable[[str], Awaitable[_Response]],
     *,
-    offload: bool,
-    threads: Executor | None = None,
+    offload: Executor | None,
+    waits: Executor | None = None,
+    leave: Callable[[], None] = lambda: None,
 ) -> _Response | None:
-    """Drive the loop with awaits; with `offload`, each step (it may reach Redis, or wait
-    for a key) runs in a worker thread (of `threads`, else the loop's default executor), so
-    neither a slow Redis nor a wait ever blocks the event loop."""
+    """Drive the loop with awaits; with `offload`, each step (it may reach Redis) runs in one
+    of its threads, and each admission (it may wait for a key) in one of `waits`' when given,
+    so neither a slow Redis nor a wait ever blocks the event loop, and waiters never hold the
+    threads that end attempts. Cancelled, it calls `leave` (a waiting admission gives up its
+    place at once) and ends the attempt it holds, in a thread, once its step is done."""
+    running: list[Future[tuple[bool, Any]]] = []
 
-    async def step(answer: Answer | None) -> tuple[bool, Any]:
-        if offload:
-            return await in_thread(threads, _advance, steps, answer)
-        return _advance(steps, answer)
+    async def step(answer: Answer | None, *, admitting: bool) -> tuple[bool, Any]:
+        if offload is None:
+            return _advance(steps, answer)
+        threads = waits if admitting and waits is not None else offload
+        context = contextvars.copy_context()  # an app context, say, goes along
+        running[:] = [threads.submit(context.run, _advance, steps, answer)]
+        return await asyncio.wrap_future(running[0])
 
     try:
-        done, value = await step(None)
+        done, value = await step(None, admitting=True)
         while not done:
+            if value is ADMIT:
+                done, value = await step(None, admitting=True)
+                continue
             answer = await _asent(send, value)
             try:
-                done, value = await step(answer)
+                done, value = await step(answer, admitting=False)
             finally:
                 if not done or value is not answer:  # rotated away from: give it back
                     await _aclose(answer.http)
+    except asyncio.CancelledError:
+        leave()
+        raise
     finally:
-        if offload and inspect.getgeneratorstate(steps) == inspect.GEN_SUSPENDED:
+        state = inspect.getgeneratorstate(steps)
+        if offload is not None and state == inspect.GEN_RUNNING and running:
+            # Cancelled while a thread runs a step: the attempt it may yet take is ended
+            # there, once the step is done (`leave` makes a waiting one quick).
+            running[0].add_done_callback(lambda _: _close_steps(steps))  # in that thread
+        elif offload is not None and state == inspect.GEN_SUSPENDED:
             # `send` raised or the task was cancelled mid-attempt: ending the attempt may
             # reach Redis, so it ends in a worker thread (shielded: it ends even if the
             # task is cancelled again meanwhile).
-            await asyncio.shield(in_thread(threads, _close_steps, steps))
+            await asyncio.shield(asyncio.wrap_future(offload.submit(_close_steps, steps)))
         else:
             _close_steps(steps)
     return _end(value)  # type: ignore[no-any-return]

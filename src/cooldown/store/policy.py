@@ -4,6 +4,7 @@ inspection are mixed in from their own rooms."""
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
@@ -290,10 +291,12 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         *,
         seconds: float,
         max_waiters: int,
+        gone: threading.Event | None = None,
     ) -> _T:
         """`admit()` again once a key may be free, for at most `seconds`, first come first
         served among this store's waiters for the provider and scope; else the 429, with
-        its then-remaining `Retry-After`. No lock is held while waiting."""
+        its then-remaining `Retry-After`. No lock is held while waiting. Once `gone` is set
+        (its caller left) the waiter leaves the queue and admits nothing more."""
         recheck = None if self._shared is None else SHARED_RECHECK_SECONDS
         queue = scope_message(model, quota_bucket)
         return self._waiters.wait(
@@ -304,7 +307,12 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             seconds=seconds,
             max_waiters=max_waiters,
             recheck=recheck,
+            gone=gone,
         )
+
+    def leave_wait(self, gone: threading.Event) -> None:
+        """The waiter whose caller set `gone` leaves its queue now (its caller is gone)."""
+        self._waiters.leave(gone)
 
     def wait_histogram(self) -> tuple[list[tuple[str, int]], float]:
         """Seconds waited for a key: cumulative (upper bound, count) pairs and their sum."""

@@ -4,13 +4,14 @@ woken by every release and record of the store, never holding its lock while the
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from ..errors import ModelCooldownExhausted
-from ..forksafe import new_condition
+from ..forksafe import new_lock
 
 __all__ = ["SHARED_RECHECK_SECONDS", "WAIT_BUCKETS", "WAIT_COUNTERS", "KeyWaiters"]
 
@@ -32,30 +33,54 @@ WAIT_COUNTERS = (
 _T = TypeVar("_T")
 
 
+class _Deadline(NamedTuple):
+    """One waiter's bounds: until when, how often it re-checks, since when, and whether its
+    caller left."""
+
+    at: float
+    recheck: float | None
+    started: float
+    gone: threading.Event | None
+
+
 class KeyWaiters:
     """The waiters of one store. `wait` runs `admit` again each time the waiter is first in
-    its queue and something may have freed a key, until it admits or the deadline passes."""
+    its queue and something may have freed a key, until it admits or the deadline passes.
+
+    Each waiter sleeps on a condition of its own (over one lock): a release wakes only the
+    first waiter of each queue, and a waiter that leaves wakes the next, so thousands of
+    waiters cost a release no more than a few."""
 
     def __init__(self) -> None:
-        self._changed = new_condition(self, "_changed")
-        self._queues: dict[tuple[str, bytes | None], deque[object]] = {}
+        self._lock = new_lock(self)
+        self._queues: dict[tuple[str, bytes | None], deque[threading.Condition]] = {}
         self._per_provider: dict[str, int] = {}
+        self._gone: dict[threading.Event, threading.Condition] = {}
         self.waiting = 0  # read without the lock on every release: a stale read only delays
         self.counts = dict.fromkeys(WAIT_COUNTERS, 0)
         self._buckets = [0] * (len(WAIT_BUCKETS) + 1)
         self._seconds_total = 0.0
 
     def reset_counts(self) -> None:
-        with self._changed:
+        with self._lock:
             self.counts = dict.fromkeys(WAIT_COUNTERS, 0)
             self._buckets = [0] * len(self._buckets)
             self._seconds_total = 0.0
 
     def notify(self) -> None:
-        """A release or a record: every waiter re-checks (cheap while none waits)."""
+        """A release or a record: the first waiter of each queue re-checks (cheap while none
+        waits)."""
         if self.waiting:
-            with self._changed:
-                self._changed.notify_all()
+            with self._lock:
+                for queue in self._queues.values():
+                    queue[0].notify()
+
+    def leave(self, gone: threading.Event) -> None:
+        """The waiter whose caller set `gone` wakes, to leave its queue at once."""
+        with self._lock:
+            ticket = self._gone.get(gone)
+            if ticket is not None:
+                ticket.notify()
 
     def wait(
         self,
@@ -67,60 +92,71 @@ class KeyWaiters:
         seconds: float,
         max_waiters: int,
         recheck: float | None,
+        gone: threading.Event | None = None,
     ) -> _T:
         """`admit()` once a key frees within `seconds`; else `refusal` (or the then-current
         one, with its then-remaining `Retry-After`). Over `max_waiters` waiters of the
-        provider, or with the earliest key free only beyond `seconds`: `refusal` at once."""
+        provider, or with the earliest key free only beyond `seconds`: `refusal` at once.
+        Once `gone` is set, `refusal` at once, its place given to the next."""
         started = time.monotonic()
         deadline = started + seconds
         if _free_in(refusal) > seconds and not refusal.awaits_attempts:
             raise refusal
-        ticket = object()
+        ticket = threading.Condition(self._lock)
         key = (provider, scope)
-        with self._changed:
+        with self._lock:
             if self._per_provider.get(provider, 0) >= max_waiters:
                 self.counts["waits_refused_total"] += 1
                 raise refusal
             self._queues.setdefault(key, deque()).append(ticket)
             self._per_provider[provider] = self._per_provider.get(provider, 0) + 1
+            if gone is not None:
+                self._gone[gone] = ticket
             self.waiting += 1
             self.counts["waits_total"] += 1
         try:
-            return self._until_admitted(key, ticket, refusal, admit, deadline, recheck, started)
+            return self._until_admitted(
+                key, ticket, refusal, admit, _Deadline(deadline, recheck, started, gone)
+            )
         finally:
-            with self._changed:
+            with self._lock:
                 queue = self._queues[key]
+                was_first = queue[0] is ticket
                 queue.remove(ticket)
                 if not queue:
                     del self._queues[key]
+                elif was_first:
+                    queue[0].notify()  # the next in the queue may try now
                 self._per_provider[provider] -= 1
                 if not self._per_provider[provider]:
                     del self._per_provider[provider]
+                if gone is not None:
+                    self._gone.pop(gone, None)
                 self.waiting -= 1
-                self._changed.notify_all()  # the next in the queue may try now
 
     def _until_admitted(
         self,
         key: tuple[str, bytes | None],
-        ticket: object,
+        ticket: threading.Condition,
         refusal: ModelCooldownExhausted,
         admit: Callable[[], _T],
-        deadline: float,
-        recheck: float | None,
-        started: float,
+        until: _Deadline,
     ) -> _T:
+        deadline, recheck, started, gone = until
         ready = True  # first in the queue: try at once, then after each wake
         while True:
-            with self._changed:
+            with self._lock:
                 while True:
                     left = deadline - time.monotonic()
                     head = self._queues[key][0] is ticket
+                    if gone is not None and gone.is_set():
+                        raise refusal  # its caller left: its place goes to the next
                     if left <= 0 or (head and ready):
                         break
                     pause = min(left, recheck or left)
                     if head and not refusal.awaits_attempts:  # unless a release comes first,
                         pause = min(pause, max(0.0, _free_in(refusal)) + 0.001)  # it frees then
-                    self._changed.wait(pause)
+                    ticket.wait(pause)
                     ready = True
             ready = False
             timed_out = deadline - time.monotonic() <= 0
@@ -138,14 +174,14 @@ class KeyWaiters:
 
     def _count(self, outcome: str, started: float) -> None:
         waited = time.monotonic() - started
-        with self._changed:
+        with self._lock:
             self.counts[outcome] += 1
             self._buckets[bisect.bisect_left(WAIT_BUCKETS, waited)] += 1
             self._seconds_total += waited
 
     def histogram(self) -> tuple[list[tuple[str, int]], float]:
         """Cumulative (upper bound, count) pairs, `+Inf` last, and the seconds waited in all."""
-        with self._changed:
+        with self._lock:
             counts, total = list(self._buckets), self._seconds_total
         cumulative, running = [], 0
         for bound, count in zip((*map(str, WAIT_BUCKETS), "+Inf"), counts, strict=True):
