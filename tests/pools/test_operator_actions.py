@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -231,3 +232,44 @@ def test_another_processs_clear_reaches_every_provider_it_names(
         later = time.monotonic() + window
         first.available(P, model="m", now=later)
         assert first.available("operated-b", model="m", now=later) == KEYS[:1]
+
+
+@pytest.mark.parametrize("action", ["drain", "undrain", "clear"])
+def test_an_action_taken_while_redis_is_out_reaches_the_fleet_once_it_answers(
+    enabled: None, redis_servers: Callable[..., Any], action: str
+) -> None:
+    from cooldown.shared.observations import RedisObservations
+
+    server = redis_servers()
+    stores = []
+    for _ in range(2):  # two gateway processes' stores, on a Redis of this test's own
+        store = ModelCooldown()
+        store.attach_shared(
+            RedisObservations(server.url, prefix="pending", socket_timeout=0.2),
+            secret=b"pending-actions-secret-" + b"x" * 16,
+        )
+        stores.append(store)
+    first, second = (pool_over(store) for store in stores)
+    label = first.status(P)["keys"][0]["label"]
+    if action == "undrain":
+        first.drain(P, label)
+    if action == "clear":
+        first.record(P, KEYS[0], 429, model="m", retry_after_seconds=600)
+    try:
+        server.freeze()
+        first.available(P, model="m")  # a timeout: this worker backs off from Redis
+        row = getattr(first, action)(P, label)
+        assert row.get("fleet") == "pending"  # done here, not yet in the fleet
+        assert first.status(P)["keys"][0]["fleet"] == "pending"
+        expected = KEYS if action != "drain" else KEYS[1:]
+        assert first.available(P, model="m") == expected  # it acts in this process at once
+    finally:
+        server.thaw()
+    deadline = time.monotonic() + 15
+    while second.available(P, model="m") != expected or "fleet" in first.status(P)["keys"][0]:
+        assert time.monotonic() < deadline, "the action never reached the fleet"
+        time.sleep(0.1)
+    for store in stores:
+        backend = store.detach_shared()
+        assert backend is not None
+        backend.close()  # type: ignore[attr-defined]

@@ -319,7 +319,7 @@ def test_the_page_leads_with_where_clients_get_429_and_keeps_the_token_for_the_t
         "(() => { const t = document.getElementById('now-list').innerText;"
         " return t.includes('429 there') ? t : null; })()",
     )
-    assert now == f"{P}: every key cools in 1 model or bucket, so clients get 429 there: gpt-4o"
+    assert now == f"{P}: every key cools for 1 model, so clients get 429 there: gpt-4o"
     first = browser.evaluate(
         "[...document.body.children].filter((e) => e.tagName !== 'SCRIPT')"
         ".map((e) => e.id || e.tagName)[1]"
@@ -399,6 +399,22 @@ def test_the_clear_button_forgets_the_cooldown_of_the_model_looked_up(
     assert rows[1]["state"] == "cooling"  # key 2: throttled for gpt-4o
     browser.evaluate(CLICK.format(rows[1]["label"], 3))
     wait_for(browser, f"(() => {{ const r = {ACTIONS}; return r && r[1].state === 'ready'; }})()")
-    message = browser.evaluate("document.getElementById('message').textContent")
-    assert message == f"Key 2 ({rows[1]['label']}): clear done; now ready."
+    done = f"Key 2 ({rows[1]['label']}): clear done; now ready."
+    assert browser.evaluate("document.getElementById('action-result').textContent") == done
     assert CredentialPool.available(P, model="gpt-4o") == KEYS[:2]  # key 3's auth rest stays
+    browser.evaluate("refresh()")  # what the page does every 5 seconds
+    wait_for(browser, "document.getElementById('message').textContent.startsWith('Updated')")
+    assert browser.evaluate("document.getElementById('action-result').textContent") == done
+
+
+def test_a_drained_key_reads_drained_in_the_matrix(gateway: str, browser: DevTools) -> None:
+    CredentialPool.drain(P, CredentialPool.status(P)["keys"][0]["label"])
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=gateway)
+    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
+    for field, text in (("token", TOKEN), ("provider", P)):
+        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    matrix = wait_for(browser, MATRIX)
+    assert matrix["rows"][0] == ["Key 1", "drained", "drained", "drained"]
+    assert not any("null" in cell for row in matrix["rows"] for cell in row)

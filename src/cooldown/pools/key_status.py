@@ -19,6 +19,7 @@ QUOTA_NOTE = "out of quota (credit or a daily limit): add credit, or clear it af
 
 class _OperatorNote(TypedDict, total=False):
     note: str  # what an operator can do, for a hold that needs one (a spent quota)
+    fleet: Literal["pending"]  # an operator's action Redis has not taken yet (retried)
 
 
 class KeyStatus(_OperatorNote):
@@ -140,7 +141,7 @@ def keys_status(
         ceiling = current.max_seconds
         scope = CallScope(provider, model, quota_bucket, now, ceiling, accounts, cost=cost)
         explained = store.explain(scope, keys, legacy_rest_until=rests)
-    return pool_status(
+    status = pool_status(
         provider,
         explained,
         scoped,
@@ -151,6 +152,11 @@ def keys_status(
         drained=[key in drained for key in keys],
         refill=store.provider_refill(provider, now=now) if refill is None else refill,
     )
+    pending = store.fleet_pending(provider, list(keys))
+    for key, row in zip(keys, status["keys"], strict=True):
+        if key in pending:
+            row["fleet"] = "pending"
+    return status
 
 
 def _rest_holds(rest: float | None, reason: Reason | None, release: float) -> bool:

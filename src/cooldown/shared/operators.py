@@ -4,6 +4,8 @@ fleet's learned refill readings are read with them, in the same round trip."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -12,6 +14,7 @@ from ..store.backend import OperatorMarks
 from .scripts import KEY_NAMES
 
 __all__ = [
+    "ACTION_RETRY_SECONDS",
     "CLEARS_KEPT_SECONDS",
     "DRAINED_KEY",
     "DRAINS_READ_SECONDS",
@@ -36,6 +39,13 @@ MOST_REFILL_READINGS = 10000
 CLEARS_KEPT_SECONDS = 86400
 """How long a clear stays in `{prefix}:cleared` for the processes' own state to follow."""
 
+ACTION_RETRY_SECONDS = 5.0
+"""An operator's action Redis has not taken is tried again at each read of the fleet's
+marks, and at least this often."""
+
+_Act = Callable[[float], Any]
+"""One operator's action against Redis at a moment: `None` when Redis did not take it."""
+
 
 class SharedKeyActions:
     """Mixed into `RedisObservations`: drain, undrain, the drained set, and a clear."""
@@ -53,26 +63,76 @@ class SharedKeyActions:
         self._refills_key = f"{{{prefix}}}:{REFILLS_KEY}"
         self._drains_read: tuple[float, OperatorMarks | None] = (-math.inf, None)
         self._drains_lock = new_lock(self, "_drains_lock")
+        self._pending: dict[tuple[str, str], _Act] = {}  # (kind, credential id) -> the last
+        self._retrying: threading.Thread | None = None
 
     def drain(self, credential: str, now: float, *, drained: bool) -> bool | None:
-        """Add the id to the fleet's drains (or remove it); `None` when Redis did not answer."""
+        """Add the id to the fleet's drains (or remove it); `None` when Redis did not take it
+        (then it is tried again until Redis does, the last drain or undrain of the key)."""
         client_call = "sadd" if drained else "srem"
-        done: bool | None = self._call_with(
-            now,
-            lambda: getattr(self._connected(), client_call)(self._drained_key, credential),
-            lambda answer: True,
-        )
-        with self._drains_lock:
-            self._drains_read = (-math.inf, None)  # the next read sees this at once
+
+        def act(at: float) -> bool | None:
+            done: bool | None = self._call_with(
+                at,
+                lambda: getattr(self._connected(), client_call)(self._drained_key, credential),
+                lambda answer: True,
+            )
+            return done
+
+        done: bool | None = self._act(("drain", credential), act, now)
         return done
+
+    def pending_actions(self) -> frozenset[str]:
+        """The credential ids with an operator's action Redis has not taken yet."""
+        with self._drains_lock:
+            return frozenset(credential for _, credential in self._pending)
+
+    def _act(self, action: tuple[str, str], act: _Act, now: float) -> Any:
+        """Run an operator's action; when Redis does not take it, keep it (it replaces an
+        earlier one of its kind for the key) and try it again until Redis does."""
+        done = act(now)
+        with self._drains_lock:
+            if done is None:
+                self._pending[action] = act
+            else:
+                self._pending.pop(action, None)
+            self._drains_read = (-math.inf, None)  # the next read sees this at once
+            start = done is None and (self._retrying is None or not self._retrying.is_alive())
+            if start:
+                self._retrying = threading.Thread(
+                    target=self._retry_pending, name="cooldown-actions", daemon=True
+                )
+        if start and self._retrying is not None:
+            self._retrying.start()
+        return done
+
+    def _flush_pending(self, now: float) -> bool:
+        """Try the actions Redis has not taken, oldest first; whether none is left."""
+        with self._drains_lock:
+            waiting = list(self._pending.items())
+        for action, act in waiting:
+            if act(now) is None:
+                return False
+            with self._drains_lock:
+                if self._pending.get(action) is act:  # not replaced meanwhile
+                    del self._pending[action]
+        return True
+
+    def _retry_pending(self) -> None:
+        """At least every `ACTION_RETRY_SECONDS`, until Redis has taken every action."""
+        while not self._flush_pending(time.monotonic()):
+            time.sleep(ACTION_RETRY_SECONDS)
 
     def operator_marks(self, now: float) -> OperatorMarks | None:
         """The fleet's drained ids and its recent clears (id -> when, monotonic), read at
         most every `DRAINS_READ_SECONDS` (the same object is answered meanwhile)."""
         with self._drains_lock:
             read_at, known = self._drains_read
+            pending = bool(self._pending)
         if 0 <= now - read_at < DRAINS_READ_SECONDS:
             return known
+        if pending and not self._flush_pending(now):  # the fleet's marks lack them yet
+            return None
 
         def fetch() -> Any:
             pipeline = self._connected().pipeline(transaction=False)  # one round trip
@@ -117,11 +177,13 @@ class SharedKeyActions:
     def forget_credential(self, credential: str, scope: str | None, now: float) -> None:
         """Remove the credential's shared entries (one scope's, or all of them), and note
         the clear for every process's own state."""
-        args = [credential, scope or "", self._to_wall_ms(now)]
-        oldest = self._to_wall_ms(now - CLEARS_KEPT_SECONDS)
-        self._call(now, "forget_credential", self._keys, [*args, oldest])
-        with self._drains_lock:
-            self._drains_read = (-math.inf, None)
+
+        def act(at: float) -> Any:
+            args = [credential, scope or "", self._to_wall_ms(at)]
+            oldest = self._to_wall_ms(at - CLEARS_KEPT_SECONDS)
+            return self._call(at, "forget_credential", self._keys, [*args, oldest])
+
+        self._act((f"clear:{scope or ''}", credential), act, now)
 
 
 def moments(

@@ -21,6 +21,7 @@ class SharedQuotaMarks:
 
     _call_with: Callable[..., Any]
     _connected: Callable[[], Any]
+    _act: Callable[..., Any]
     _to_wall_ms: Callable[[float], int]
     _to_monotonic: Callable[[Any], float]
 
@@ -55,5 +56,13 @@ class SharedQuotaMarks:
         return marks
 
     def forget_quota(self, credential: str, now: float) -> None:
-        """An operator cleared the credential: its quota is no longer spent."""
-        self._call_with(now, lambda: self._connected().zrem(self._quota_key, credential), bool)
+        """An operator cleared the credential: its quota is no longer spent (tried again
+        until Redis takes it)."""
+
+        def act(at: float) -> bool | None:
+            forgot: bool | None = self._call_with(
+                at, lambda: self._connected().zrem(self._quota_key, credential), bool
+            )
+            return forgot
+
+        self._act(("quota", credential), act, now)

@@ -135,6 +135,10 @@ class SharedObservations(Protocol):
 
     def forget_quota(self, credential: str, now: float) -> None: ...
 
+    def pending_actions(self) -> frozenset[str]:
+        """Credential ids with an operator's action (drain, undrain, clear) Redis has not
+        taken yet: it is retried until Redis does."""
+
     def note_refill(self, readings: Mapping[str, str], now: float) -> None: ...
 
 

@@ -64,6 +64,18 @@ class KeyActions(StoreParts):
         if sharing is not None:  # no lock across the round trip
             sharing.backend.drain(sharing.digest(message).hex(), resolve_now(now), drained=drained)
 
+    def fleet_pending(self, provider: str, keys: list[str]) -> set[str]:
+        """Which of `keys` have an operator's action Redis has not taken yet (it acted in
+        this process and is retried against Redis)."""
+        sharing = self._shared
+        pending = set() if sharing is None else sharing.backend.pending_actions()
+        if not pending or sharing is None:
+            return set()
+        prefix = credential_prefix(provider)
+        return {
+            key for key in keys if sharing.digest(credential_message(prefix, key)).hex() in pending
+        }
+
     def drained_keys(
         self,
         provider: str,
