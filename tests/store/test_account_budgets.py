@@ -72,13 +72,12 @@ def test_requests_in_flight_are_summed_over_the_account(store: ModelCooldown) ->
         P, KEYS[1], model=MODEL, remaining=2, reset_seconds=30, now=NOW, account="team-a"
     )
     taken = [
-        store.admit(P, KEYS, model=MODEL, now=NOW, order="spread", accounts=ACCOUNTS)
-        for _ in range(3)
+        store.admit(P, KEYS[:2], model=MODEL, now=NOW, order="spread", accounts=ACCOUNTS)
+        for _ in range(2)
     ]
     assert [admitted[0] for admitted in taken if admitted is not None] == [
-        KEYS[0],  # spread: a budgeted key first, then the least in flight
+        KEYS[0],  # the account's one share: then the fewest in flight
         KEYS[1],
-        KEYS[2],  # team-a's 2 requests are both in flight
     ]
     with pytest.raises(ModelCooldownExhausted) as raised:  # team-a's 2 are in flight
         store.select(P, KEYS[:2], model=MODEL, now=NOW, accounts=ACCOUNTS)

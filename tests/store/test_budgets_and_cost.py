@@ -55,17 +55,17 @@ def test_an_attempt_that_got_no_answer_gives_its_cost_back(store: ModelCooldown)
     assert store.select(P, KEYS, model=MODEL, now=NOW, cost=600) == KEYS[0]
 
 
-def test_spread_order_prefers_the_most_token_headroom(store: ModelCooldown) -> None:
-    tokens(store, KEYS[0], 2000, 30)
-    tokens(store, KEYS[1], 9000, 30)
+def test_spread_order_prefers_the_largest_share_of_tokens_left(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 2000, 30, limit=10000)
+    tokens(store, KEYS[1], 9000, 30, limit=10000)
     assert store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=100) == [
         KEYS[1],
         KEYS[0],
     ]
 
 
-def test_a_known_headroom_ranks_before_no_token_budget(store: ModelCooldown) -> None:
-    tokens(store, KEYS[1], 500, 30)
+def test_a_key_with_no_token_budget_counts_as_full(store: ModelCooldown) -> None:
+    tokens(store, KEYS[0], 500, 30, limit=10000)
     order = store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=100)
     assert order == [KEYS[1], KEYS[0]]
 
@@ -182,7 +182,7 @@ def test_spread_order_reads_the_tokens_refilled_since_the_answer(store: ModelCoo
     store.record_token_budget(
         P, KEYS[0], model=MODEL, remaining=100, reset_seconds=25, limit=10000, now=NOW - 20
     )  # 20 s later, 8020 of its 10 000 are back
-    tokens(store, KEYS[1], 5000, 30)
+    tokens(store, KEYS[1], 5000, 30, limit=10000)
     chosen = store.available(P, KEYS, model=MODEL, now=NOW, order="spread", cost=100)
     assert chosen == [KEYS[0], KEYS[1]]
 

@@ -224,11 +224,13 @@ def test_a_budget_holds_a_key_while_its_remaining_requests_are_in_flight(
         thread.join(WAIT)
 
 
-def test_a_spread_prefers_the_budget_that_resets_soonest(keys: list[str]) -> None:
-    for key, reset in ((KEYS[0], 50.0), (KEYS[1], 5.0)):
-        model_cooldown.record_budget(P, key, model=MODEL, remaining=9, reset_seconds=reset)
+def test_a_spread_prefers_the_largest_share_of_its_budget_left(keys: list[str]) -> None:
+    for key, remaining in ((KEYS[0], 2), (KEYS[1], 9)):
+        model_cooldown.record_budget(
+            P, key, model=MODEL, remaining=remaining, reset_seconds=50.0, limit=10
+        )
     order = CredentialPool.available(P, model=MODEL, order="spread")
-    assert order == [KEYS[1], KEYS[0], KEYS[2]]  # the quota lost soonest first, then no budget
+    assert order == [KEYS[2], KEYS[1], KEYS[0]]  # no budget counts as full, then 9 of 10
     assert CredentialPool.available(P, model=MODEL) == KEYS  # the default stays configured
 
 
@@ -238,11 +240,15 @@ def test_a_budget_for_a_non_string_key_is_a_type_error() -> None:
 
 
 def test_a_budget_from_the_headers_of_a_dispatched_answer(keys: list[str]) -> None:
-    headers = {"x-ratelimit-remaining-requests": "9", "x-ratelimit-reset-requests": "50s"}
-    CredentialPool.dispatch(P, lambda key: Reply(200, headers), model=MODEL)
-    assert CredentialPool.available(P, model=MODEL, order="spread")[0] == KEYS[0]
+    headers = {
+        "x-ratelimit-limit-requests": "10",
+        "x-ratelimit-remaining-requests": "3",
+        "x-ratelimit-reset-requests": "50s",
+    }
+    CredentialPool.dispatch(P, lambda key: Reply(200, headers), model=MODEL, order="configured")
+    assert CredentialPool.available(P, model=MODEL, order="spread")[-1] == KEYS[0]  # 3 of 10
     spent = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "50s"}
-    CredentialPool.dispatch(P, lambda key: Reply(200, spent), model=MODEL)
+    CredentialPool.dispatch(P, lambda key: Reply(200, spent), model=MODEL, order="configured")
     assert CredentialPool.available(P, model=MODEL, order="spread") == KEYS[1:]  # cooled
 
 
@@ -311,3 +317,42 @@ def test_affinity_keeps_its_order_but_skips_a_held_key(keys: list[str], upstream
 def test_an_unknown_order_is_a_value_error(keys: list[str]) -> None:
     with pytest.raises(ValueError, match="order"):
         CredentialPool.available(P, model=MODEL, order="random")  # type: ignore[arg-type]
+
+
+def test_spread_spreads_sequential_requests_once_budgets_are_known(keys: list[str]) -> None:
+    sent = dict.fromkeys(KEYS, 0)
+    announced = {  # what OpenAI says on every answer: ample room left
+        "x-ratelimit-limit-requests": "10000",
+        "x-ratelimit-remaining-requests": "9990",
+        "x-ratelimit-reset-requests": "8.64s",
+    }
+
+    def send(key: str) -> Reply:
+        sent[key] += 1
+        return Reply(200, announced)
+
+    for _ in range(100):
+        CredentialPool.dispatch(P, send, model=MODEL)
+    assert all(26 <= count <= 40 for count in sent.values()), sent
+
+
+def test_spread_spreads_through_redis_once_budgets_are_known(
+    keys: list[str], process: Callable[[], ModelCooldown]
+) -> None:
+    pools = [CredentialPool(store=process()) for _ in range(2)]
+    for pool in pools:
+        pool.register(P, keys=KEYS)
+    sent = dict.fromkeys(KEYS, 0)
+    announced = {
+        "x-ratelimit-limit-requests": "10000",
+        "x-ratelimit-remaining-requests": "9990",
+        "x-ratelimit-reset-requests": "8.64s",
+    }
+
+    def send(key: str) -> Reply:
+        sent[key] += 1
+        return Reply(200, announced)
+
+    for index in range(60):  # two gateway processes taking turns
+        pools[index % 2].dispatch(P, send, model=MODEL)
+    assert all(13 <= count <= 27 for count in sent.values()), sent

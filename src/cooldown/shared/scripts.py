@@ -234,9 +234,10 @@ return result
 # ARGV[4..7]: the lease deadline, this attempt's token, '1' for spread order, its cost in
 # tokens ('' unknown); then triples (credential id, entry id, owner id: the entry's or its
 # account's budget), the candidates in the caller's order. Admits the first free one (or,
-# spread, the least loaded: fewest in flight, most token headroom, budgeted, soonest reset,
-# least recently dispatched; ties keep the caller's order; a cost larger than every
-# candidate's token limit is held by no token budget and goes to the largest limit) and
+# spread, the largest share of its announced budgets left, each less what is in flight, a
+# key with none counting as full; then fewest in flight, then least recently dispatched;
+# ties keep the caller's order; a cost larger than every candidate's token limit is held by
+# no token budget and goes to the largest limit) and
 # counts it in flight, with its account's count and its cost, atomically for every
 # process. Returns {chosen position, 1 if it is the probe, false, its learned window or
 # false, 1 or 2 when only the refill of its request or token budget had room for it, else
@@ -249,7 +250,7 @@ START = (
     + READ_BUDGETS
     + """
 local function lighter(a, b)
-  for i = 1, 5 do if a[i] ~= b[i] then return a[i] < b[i] end end
+  for i = 1, 3 do if a[i] ~= b[i] then return a[i] < b[i] end end
   return false
 end
 local spread, cost = ARGV[6] == '1', tonumber(ARGV[7])
@@ -270,21 +271,23 @@ for i = 8, #ARGV, 3 do
     if probe and redis.call('ZSCORE', KEYS[4], probe) then hold = now + 1000
     elseif probe then redis.call('HDEL', KEYS[5], entry) end
   end
-  local count, reset, weight, refilled = 0, nil, 0, 0
+  local count, rank, refilled = 0, -1, 0
   if hold == 0 then
     count = in_flight(entry)
     local spending = owner == entry and count or in_flight(owner)
-    local level, ends, when, _, announced = budget(owner)
+    local level, _, when, largest_requests, announced = budget(owner)
+    local tokens, _, tokens_when, largest, tokens_announced = budget('t' .. owner)
     if level then
-      reset = ends
       if level - spending < 1 then hold = when(1 + spending)
       elseif announced and announced - spending < 1 then refilled = 1 end
+      if not (tokens and oversize) then
+        rank = -math.max(0, level - spending) / math.max(1, largest_requests)
+      end
     end
-    local tokens, _, tokens_when, largest, tokens_announced = budget('t' .. owner)
-    if tokens and oversize then weight = -largest
+    if tokens and oversize then rank = -largest
     elseif tokens then
       local held = cost_in_flight(owner)
-      weight = held - tokens
+      rank = math.max(rank, -math.max(0, tokens - held) / math.max(1, largest))
       if tokens - held < (cost or 1) then hold = math.max(hold, tokens_when((cost or 1) + held))
       elseif refilled == 0 and tokens_announced and tokens_announced - held < (cost or 1) then
         refilled = 2
@@ -293,8 +296,7 @@ for i = 8, #ARGV, 3 do
   end
   holds[position] = hold
   if hold == 0 then
-    local load = {count, weight, reset and 0 or 1, reset or math.huge,
-                  tonumber(redis.call('ZSCORE', KEYS[9], entry)) or -math.huge}
+    local load = {rank, count, tonumber(redis.call('ZSCORE', KEYS[9], entry)) or -math.huge}
     if not best or lighter(load, best_load) then
       best, best_load, best_count, best_refilled = position, load, count, refilled
     end

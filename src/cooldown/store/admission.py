@@ -40,11 +40,12 @@ class Attempt(NamedTuple):
     refilled: Refilled | None = None  # the counter only its continuous refill had room in
 
 
-Load = tuple[int, float, bool, float, float]
-"""How busy a free key is for a scope: in flight, minus its token headroom (0 unknown),
-unbudgeted, reset, last dispatch. Tuples compare in that order: fewest in flight, then the
-most token headroom (a key whose known headroom admits the cost before one with no token
-budget), then budgeted, soonest reset, least recently used."""
+Load = tuple[float, int, float]
+"""How a free key ranks for a scope in spread order: minus the share of its announced budget
+left (the smaller of its requests' and its tokens', each less what is in flight; a key with
+no announced budget counts as full), its attempts in flight, its last dispatch. Tuples
+compare in that order: the largest share left first, then fewest in flight, then least
+recently used. For an oversize request the first item is minus its token limit instead."""
 
 
 class Admission:
@@ -186,43 +187,47 @@ class Admission:
         in_flight = self._in_flight.get(entry, 0)
         last = self._last_dispatch.get(entry, -math.inf)
         if entry in self._probing:
-            return now + 1.0, (in_flight, 0.0, True, math.inf, last)
+            return now + 1.0, (0.0, in_flight, last)
         owner = entry if account is None else account
-        hold = weight = 0.0
+        hold, rank = 0.0, -1.0
         if self._token_budgets:  # the common case has none: nothing to look up
             need = 1 if cost is None else cost
-            hold, weight = self._token_hold(owner, now, need, oversize, maximum)
+            hold, rank = self._token_hold(owner, now, need, oversize, maximum)
         budget = self._budgets.get(owner)
         if budget is None:
-            return hold, (in_flight, weight, True, math.inf, last)
+            return hold, (rank, in_flight, last)
         ends = budget.ends(maximum)
         if ends <= now:
             del self._budgets[owner]
-            return hold, (in_flight, weight, True, math.inf, last)
+            return hold, (rank, in_flight, last)
         spending, _ = self._unseen.since(owner, budget.announced, now)
-        if budget.level(now) - spending < 1:  # no request left until one more refills
+        left = budget.level(now) - spending
+        if left < 1:  # no request left until one more refills
             hold = max(hold, min(ends, budget.moment(1, spending)))
-        return hold, (in_flight, weight, False, budget.reset, last)
+        if not oversize:
+            rank = max(rank, -max(0.0, left) / max(1, budget.largest))
+        return hold, (rank, in_flight, last)
 
     def _token_hold(
         self, owner: bytes, now: float, need: int, oversize: bool, maximum: float
     ) -> tuple[float, float]:
-        """(until when the key's tokens cannot hold `need` beyond those in flight, minus its
-        token headroom for the spread order); (0.0, 0.0) without a token budget. For an
-        oversize request nothing holds and the key's limit ranks it: the provider decides."""
+        """(until when the key's tokens cannot hold `need` beyond those in flight, minus the
+        share of its token budget left for the spread order); (0.0, -1.0) without a token
+        budget (it counts as full). For an oversize request nothing holds and the key's
+        limit ranks it: the provider decides."""
         budget = self._token_budgets.get(owner)
         if budget is None:
-            return 0.0, 0.0
+            return 0.0, -1.0
         ends = budget.ends(maximum)
         if ends <= now:
             del self._token_budgets[owner]
-            return 0.0, 0.0
+            return 0.0, -1.0
         if oversize:
             return 0.0, -float(budget.largest)
         _, in_flight = self._unseen.since(owner, budget.announced, now)
         headroom = budget.level(now) - in_flight
         hold = min(ends, budget.moment(need, in_flight)) if headroom < need else 0.0
-        return hold, -headroom
+        return hold, -max(0.0, headroom) / max(1, budget.largest)
 
     @property
     def knows_tokens(self) -> bool:

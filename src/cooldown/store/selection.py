@@ -36,7 +36,7 @@ __all__ = [
 
 _NO_LEGACY_RESTS: Mapping[str, float] = {}
 _NO_ACCOUNTS: Mapping[str, str] = {}
-_NO_LOAD: Load = (0, 0.0, True, math.inf, 0.0)  # configured order: every key weighs the same
+_NO_LOAD: Load = (0.0, 0, 0.0)  # configured order: every key weighs the same
 
 Lookup: TypeAlias = tuple[
     int,  # ceiling: the call's maximum, bounded
@@ -200,7 +200,7 @@ def admissible(
     if spread:
         free.sort()  # by load, then configured position (unique: nothing after it compares)
     elif oversize:  # by weight: minus the key's token limit
-        free.sort(key=lambda item: (item[0][1], item[1]))
+        free.sort(key=lambda item: (item[0][0], item[1]))
     return [item[2:] for item in free], earliest, awaited
 
 
