@@ -4,6 +4,7 @@ alerting metric, the CLI that reads where the state really is, and 404 everywher
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -218,6 +219,27 @@ def test_the_cli_reads_a_running_gateway(
     refused = runner.invoke(args=["cooldown", "status", "--url", url, "--token", "x" * 40])
     assert refused.exit_code != 0
     assert "401" in refused.output
+    first = list(json.loads(summary.output)["providers"][P])
+    assert first[:2] == ["all_cooling_scopes", "clients_get_429_for"]  # what clients meet
+    assert next(iter(json.loads(summary.output))) == "providers"
+
+
+def test_the_cli_prints_the_gateways_own_words_and_a_refused_connection(
+    app: Flask, serve_in_thread: Callable[[Flask], str]
+) -> None:
+    url = serve_in_thread(app) + "/cooldown"
+    runner = app.test_cli_runner()
+    unknown = runner.invoke(
+        args=["cooldown", "drain", P, "k-00000000", "--url", url, "--token", TOKEN]
+    )
+    assert unknown.exit_code != 0
+    assert "HTTP 404: No key of this provider has that label." in unknown.output
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/cooldown"
+    refused = runner.invoke(args=["cooldown", "status", "--url", closed, "--token", TOKEN])
+    assert refused.exit_code != 0
+    assert "could not be reached (Connection refused)" in refused.output
 
 
 @pytest.fixture

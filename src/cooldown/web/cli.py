@@ -62,17 +62,36 @@ def _from_gateway(url: str, token: str | None, path: str, body: dict[str, Any] |
         with _opener.open(request, timeout=10) as answer:
             return json.load(answer)
     except urllib.error.HTTPError as error:
-        error.close()
         if 300 <= error.code < 400:
+            error.close()
             raise click.ClickException(
                 f"the gateway answered HTTP {error.code} (a redirect): not followed, so the "
                 "token is not sent elsewhere; pass the final status URL"
             ) from None
-        raise click.ClickException(f"the gateway answered HTTP {error.code}") from None
+        said = _message(error)
+        error.close()
+        raise click.ClickException(f"the gateway answered HTTP {error.code}{said}") from None
+    except urllib.error.URLError as error:
+        reason = error.reason
+        why = reason.strerror if isinstance(reason, OSError) and reason.strerror else None
+        raise click.ClickException(
+            f"the gateway could not be reached ({why or type(reason).__name__})"
+        ) from None
     except (OSError, ValueError) as error:
         raise click.ClickException(
             f"the gateway could not be read ({type(error).__name__})"
         ) from None
+
+
+def _message(error: urllib.error.HTTPError) -> str:
+    """The gateway's own words (`{"message": ...}` in its JSON error), as ": ..."; "" when
+    it sent none (a proxy's HTML page, say)."""
+    try:
+        body = json.loads(error.read(4096) or b"null")
+    except (OSError, ValueError):
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return f": {message}" if isinstance(message, str) and message.isprintable() else ""
 
 
 @cooldown_cli.command("status")

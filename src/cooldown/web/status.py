@@ -5,12 +5,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 from collections.abc import Callable
 from importlib import resources
 from typing import Any, TypeGuard
 
-from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, request
 
 from ..config import STATUS_TOKEN_ENV, warn_once
 from .metrics import metrics_response
@@ -169,7 +170,7 @@ def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> 
 
     @route("/status", ["GET"])
     def summary() -> Response:
-        return jsonify(overview(shown()))
+        return _json(overview(shown()))
 
     @route("/status/<provider>", ["GET", "POST"])
     def provider_status(provider: str) -> Response:
@@ -178,8 +179,8 @@ def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> 
             return _error(404, "unknown_provider", "No such provider is registered.")
         model, bucket, everything = _lookup()
         if everything:
-            return jsonify(matrix(pool, provider))
-        return jsonify(pool.status(provider, model=model, quota_bucket=bucket))
+            return _json(matrix(pool, provider))
+        return _json(pool.status(provider, model=model, quota_bucket=bucket))
 
     @route("/keys/<provider>/<label>/<action>", ["POST"])
     def key_action(provider: str, label: str, action: str) -> Response:
@@ -194,7 +195,7 @@ def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> 
             row = getattr(pool, action)(provider, label, **scope)
         except KeyError:
             return _error(404, "unknown_key", "No key of this provider has that label.")
-        return jsonify(row)
+        return _json(row)
 
     @route("/metrics", ["GET"])
     def metrics() -> Response:
@@ -228,7 +229,11 @@ def _action_scope() -> dict[str, str] | None:
     return scope
 
 
+def _json(value: object, status: int = 200) -> Response:
+    """JSON in the order the fields were written (clients' first), as the CLI prints it too:
+    an app's JSON provider may sort keys."""
+    return Response(json.dumps(value), status=status, mimetype="application/json")
+
+
 def _error(status: int, code: str, message: str) -> Response:
-    response = jsonify({"error": code, "message": message})
-    response.status_code = status
-    return response
+    return _json({"error": code, "message": message}, status)
