@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import logging
 import threading
 from typing import Any, ClassVar
 
@@ -138,6 +141,45 @@ def test_an_async_client_serves_only_the_event_loop_it_was_built_on() -> None:
     assert second_loop[0] is second_loop[1]
     assert second_loop[0] is not first_loop[0]
     assert len(clients) == 1
+
+
+class LoopBoundClient:
+    """An async client as the SDKs build one: its connections belong to the loop it was
+    built on, and if collected unclosed it schedules its own close on the running loop."""
+
+    closes: ClassVar[list[str]] = []
+
+    def __init__(self, key: str) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.is_closed = False
+
+    async def aclose(self) -> None:
+        self.is_closed = True
+        LoopBoundClient.closes.append("tried")
+        if self.loop.is_closed():
+            raise RuntimeError("Event loop is closed")
+
+    def __del__(self) -> None:
+        if not self.is_closed:
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(self.aclose())
+
+
+def test_a_client_of_a_loop_that_is_over_is_closed_with_its_failure_retrieved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clients = KeyedClients(LoopBoundClient)
+
+    async def fetch() -> None:
+        clients["sk-a"]
+        await asyncio.sleep(0)
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(fetch())  # a Flask async view: this loop closes after the request
+        asyncio.run(fetch())  # the next request, on a new loop, drops the first client
+        gc.collect()
+    assert LoopBoundClient.closes == ["tried"]  # closed once, by KeyedClients
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 def test_a_sync_client_serves_every_thread_and_loop() -> None:

@@ -142,7 +142,11 @@ class KeyedClients(Generic[_Client]):
         client, built_on = held
         if built_on is not None and built_on() is not loop:
             del self._clients[key]
-            self._let_go(client)
+            old = built_on()
+            if loop is not None and (old is None or old.is_closed()):
+                _close(client)  # its loop is over (a Flask async view's): closed here, now
+            else:
+                self._let_go(client)
             return None
         self._clients.move_to_end(key)
         return client
@@ -186,7 +190,9 @@ def _close_call(client: object) -> object:
 
 def _close(client: object) -> None:
     """Close a client: a coroutine is scheduled on the running loop, if there is one, else
-    closed unrun and left to garbage collection."""
+    closed unrun and left to garbage collection. A close that fails (connections of a loop
+    that is over) is retrieved and dropped: the client is marked closed all the same, so an
+    SDK's own close at collection does not schedule another that nobody retrieves."""
     closed = _close_call(client)
     if inspect.iscoroutine(closed):
         try:
@@ -195,7 +201,13 @@ def _close(client: object) -> None:
             closed.close()
             return
         _closing.add(task)
-        task.add_done_callback(_closing.discard)
+        task.add_done_callback(_closed)
+
+
+def _closed(task: asyncio.Task[object]) -> None:
+    _closing.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a closed loop's connections cannot be closed cleanly
 
 
 _closing: set[asyncio.Task[object]] = set()
