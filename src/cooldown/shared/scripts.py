@@ -10,6 +10,7 @@ sees it. ARGV[1..3] is always now, limit, truncate.
 from __future__ import annotations
 
 from .budget_scripts import KEEP_BUDGETS, READ_BUDGETS
+from .foreign_scripts import KEEP_FOREIGN
 
 __all__ = [
     "CLEAR",
@@ -184,35 +185,8 @@ end
 RECORD = _COMMON + _PRUNE_DEADLINES + _RECORD_FUNCTION + "return record(ARGV[4], ARGV[5], ARGV[6])"
 
 # ARGV[4..7]: entry, deadline, cap, the most foreign entries per provider; KEYS[17]: the
-# provider's foreign entries. The entry of a key its pool does not hold: kept only where the
-# table has room (it never raises the overflow), and past the most per provider the oldest is
-# dropped. Returns {1 if kept, how many were dropped}.
-RECORD_FOREIGN = (
-    _COMMON
-    + _PRUNE_DEADLINES
-    + _RECORD_FUNCTION
-    + """
-local entry = ARGV[4]
-if not trusted(KEYS[1], entry) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[6]) then
-  return {0, 0}
-end
-local kept = record(entry, ARGV[5], ARGV[6])
-local dropped = 0
-redis.call('ZADD', KEYS[17], now, entry)
-redis.call('ZADD', KEYS[16], now, entry)
-local extra = redis.call('ZCARD', KEYS[17]) - tonumber(ARGV[7])
-if extra > 0 then
-  for _, oldest in ipairs(redis.call('ZRANGE', KEYS[17], 0, extra - 1)) do
-    if redis.call('ZREM', KEYS[16], oldest) == 1 then  -- still foreign and kept: dropped
-      if redis.call('ZREM', KEYS[1], oldest) == 1 then dropped = dropped + 1 end
-      redis.call('ZREM', KEYS[6], oldest)
-    end
-  end
-  redis.call('ZREMRANGEBYRANK', KEYS[17], 0, extra - 1)
-end
-return {kept, dropped}
-"""
-)
+# provider's foreign entries (`foreign_scripts.py`).
+RECORD_FOREIGN = _COMMON + _PRUNE_DEADLINES + _RECORD_FUNCTION + KEEP_FOREIGN
 
 # ARGV[4..5]: entry, when the attempt that succeeded started. Clears only its own entry, and
 # only when the cooldown was recorded before that attempt started.
