@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 
 from cooldown import CredentialPool, ModelCooldown, ModelCooldownExhausted, model_cooldown
-from cooldown.digests import credential_message, credential_prefix
 
 P = "refilling"
 KEY = "sk-refill-0123456789"
 LIMIT = 2
-OWNER = credential_message(credential_prefix(P), KEY)  # whose budget KEY spends: its own
 
 
 class Answer:
@@ -91,35 +89,8 @@ def test_a_fixed_window_is_learned_from_one_429_and_never_overrun_again() -> Non
     assert CredentialPool.status(P)["refill"] == "window"
     served = sum(1 for _, status in provider.sent if status == 200)
     assert served == 2 * 10  # every window used up, none overrun
-    assert model_cooldown.refill_reading(P, "m", None, owner=OWNER) == "window"
-    assert model_cooldown.refill_reading(P, "m", None) == "continuous"  # one key's evidence
-    assert model_cooldown.refill_reading(P, "another model", None, owner=OWNER) == "continuous"
-
-
-def test_one_keys_429_teaches_that_key_only_until_several_keys_agree() -> None:
-    """A key's refill-only attempt answered 429 may be a sibling's collision (keys of an
-    account nobody declared share one bucket): the lesson stays the key's, and the whole
-    scope is read as windows once three keys, each with its own window, have shown it."""
-    keys = [f"sk-refill-{index}-0123456789" for index in range(4)]
-    CredentialPool.register(P, keys=keys)
-    providers = {key: FixedWindow() for key in keys}  # a window of its own per key
-
-    def send_at(now: float) -> Any:
-        return lambda key: providers[key].send_at(now)(key)
-
-    owners = [credential_message(credential_prefix(P), key) for key in keys]
-    seen_one = False
-    for now in range(0, 240):
-        with contextlib.suppress(ModelCooldownExhausted):
-            CredentialPool.dispatch(P, send_at(float(now)), model="m", now=float(now))
-        taught = [model_cooldown.refill_reading(P, "m", None, owner=o) for o in owners]
-        if taught.count("window") == 1:
-            seen_one = True
-            assert model_cooldown.refill_reading(P, "m", None) == "continuous"
-    assert seen_one
-    assert model_cooldown.refill_reading(P, "m", None) == "window"  # three agreed
-    throttles = [provider.throttles() for provider in providers.values()]
-    assert all(count <= 1 for count in throttles), throttles  # each taught once at most
+    assert model_cooldown.refill_reading(P, "m", None) == "window"
+    assert model_cooldown.refill_reading(P, "another model", None) == "continuous"
 
 
 def test_the_429_that_teaches_holds_the_key_until_the_reset() -> None:
@@ -199,9 +170,9 @@ def test_a_window_learned_in_one_process_holds_in_another(fleet: list[Credential
             first.dispatch(P, provider.send_at(float(offset)), model="m", now=base + offset)
     assert provider.throttles() == 1
     later = base + 61  # past the quarter second the fleet's read is reused
-    assert second.store.refill_reading(P, "m", None, owner=OWNER, now=later) == "window"
+    assert second.store.refill_reading(P, "m", None, now=later) == "window"
     assert second.status(P, now=later)["refill"] == "window"
-    assert second.store.refill_reading(P, "other", None, owner=OWNER, now=later) == "continuous"
+    assert second.store.refill_reading(P, "other", None, now=later) == "continuous"
 
 
 def test_a_reset_given_as_a_date_is_read_as_of_the_request_not_its_late_answer(
@@ -244,5 +215,5 @@ def test_an_attempt_only_the_fleets_refill_admitted_teaches_the_window(
     with pytest.raises(ModelCooldownExhausted):  # its 429: now every key cools
         second.dispatch(P, provider.send_at(31.0), model="m", now=base + 31)
     assert provider.sent[-1] == (31.0, 429)
-    assert second.store.refill_reading(P, "m", None, owner=OWNER, now=base + 31) == "window"
-    assert first.store.refill_reading(P, "m", None, owner=OWNER, now=base + 32) == "window"
+    assert second.store.refill_reading(P, "m", None, now=base + 31) == "window"
+    assert first.store.refill_reading(P, "m", None, now=base + 32) == "window"

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ..arguments import check_cost, resolve_now, usable_advice
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, warn_once
-from ..digests import account_message, credential_message, credential_prefix, scope_message
+from ..digests import scope_message
 from ..errors import ModelCooldownExhausted
 from ..evidence.advice import (
     QuotaBuckets,
@@ -275,7 +275,7 @@ class _ScopedDispatch:
         With shared state, these writes go with the attempt's end, in one round trip."""
         key, attempt = admitted
         if self.fixed == "auto" and attempt.refilled is not None:
-            self._learn_refill(key, attempt, answer)
+            self._learn_refill(attempt, answer)
         checked = CheckedEvidence.from_call(
             answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
         )
@@ -289,20 +289,18 @@ class _ScopedDispatch:
                     self.scope.provider, key, self._scope_message()
                 )
 
-    def _learn_refill(self, key: str, attempt: Attempt, answer: Answer) -> None:
+    def _learn_refill(self, attempt: Attempt, answer: Answer) -> None:
         """An attempt only the refill admitted: answered 429 with that counter spent again,
-        its owner's budget (the key's, or its account's) refills in windows (one such 429
-        teaches it, and from this answer on that owner's budgets are kept without their limit:
-        they hold until the reset; several owners teach the whole scope); served, it refills
-        as announced. The lesson stays the owner's: keys of an account nobody declared share
-        one bucket, and a sibling's spending looks like a window from one key."""
+        the provider refills in windows (one such 429 teaches it, and from this answer on its
+        budgets are kept without their limit: they hold until the reset); served, it refills
+        as announced."""
         scope = self.scope
         if 200 <= answer.status < 300:
             self.store.learn_refill(
                 scope.provider, scope.model, scope.quota_bucket, "continuous", now=scope.now
             )
             return
-        if answer.status != 429 or not answer.headers or self._refill_of(key) == "window":
+        if answer.status != 429 or not answer.headers or self.refill == "window":
             return
         if attempt.refilled == "requests":
             spent = requests_remaining(answer.headers) == 0
@@ -310,34 +308,10 @@ class _ScopedDispatch:
             tokens = token_budget(answer.headers, time.time())
             spent = tokens is not None and tokens[0] < (scope.cost or 1)
         if spent:
+            self.refill = "window"
             self.store.learn_refill(
-                scope.provider,
-                scope.model,
-                scope.quota_bucket,
-                "window",
-                owner=self._owner(key),
-                now=scope.now,
+                scope.provider, scope.model, scope.quota_bucket, "window", now=scope.now
             )
-            self.refill = self._refill_of(None)
-
-    def _owner(self, key: str) -> bytes:
-        """Whose budget a key spends: its account's, when one is declared, else its own."""
-        prefix = credential_prefix(self.scope.provider)
-        label = (self.scope.accounts or {}).get(key)
-        return credential_message(prefix, key) if label is None else account_message(prefix, label)
-
-    def _refill_of(self, key: str | None) -> Refill:
-        """How the budget `key` spends refills (for the whole scope: `None`)."""
-        if self.fixed != "auto" or self.refill == "window":
-            return self.refill
-        scope = self.scope
-        return self.store.refill_reading(
-            scope.provider,
-            scope.model,
-            scope.quota_bucket,
-            owner=None if key is None else self._owner(key),
-            now=scope.now,
-        )
 
     def _record(
         self,
@@ -371,7 +345,7 @@ class _ScopedDispatch:
         """Record a budget the answer announced (requests or tokens), as of the attempt's
         start, its reset capped at the maximum."""
         remaining, reset, limit = announced
-        if self._refill_of(key) == "window":  # the limit comes back at the reset, not meanwhile
+        if self.refill == "window":  # the limit comes back at the reset, not meanwhile
             limit = None
         record = self.store.record_budget if kind == "requests" else self.store.record_token_budget
         record(

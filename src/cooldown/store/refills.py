@@ -1,11 +1,8 @@
 """How each provider's announced limits refill: continuously (the default reading), or in
-windows, once its answers proved it. Mixed into `ModelCooldown`.
+windows, once one of its answers proved it. Mixed into `ModelCooldown`.
 
-A window is learned no wider than its evidence: for the budget's owner (a key, or its
-account) and scope (model or bucket), and for the whole scope once `OWNERS_AGREEING`
-independent owners have shown it (one key's 429 may be a sibling's collision: keys of an
-account nobody declared share one bucket). Readings are digests, kept for the provider as a
-whole too (what its status shows); with sharing, the fleet's arrive with its drains.
+A reading is kept per provider and scope (model or bucket), as a digest, and for the provider
+as a whole (what its status shows); with sharing, the fleet's readings arrive with its drains.
 """
 
 from __future__ import annotations
@@ -28,9 +25,6 @@ __all__ = [
 
 MAX_READINGS = 10000
 """Readings one store keeps at most; beyond it nothing more is learned (the default stands)."""
-OWNERS_AGREEING = 3
-"""Owners (keys or accounts) of one scope whose answers showed windows before the whole
-scope is read as refilling in windows."""
 
 Refill = Literal["continuous", "window"]
 """How a provider's announced limit comes back: continuously, or all at once at its reset."""
@@ -44,7 +38,6 @@ class RefillReadings(StoreParts):
     """Learned refill readings, under the store's lock; the fleet's read outside it."""
 
     _refills: dict[bytes, Refill]  # local digest of a refill message -> its reading
-    _window_owners: dict[bytes, int]  # scope's refill digest -> owners that showed windows
 
     def refill_reading(
         self,
@@ -52,23 +45,19 @@ class RefillReadings(StoreParts):
         model: str | None,
         quota_bucket: str | None,
         *,
-        owner: bytes | None = None,
         now: float | None = None,
     ) -> Refill:
-        """`"window"` once answers proved this provider refills this scope in windows (for
-        the budget `owner`, a key's or an account's message, when given; here, or anywhere
-        in the fleet), else `"continuous"`. Without any reading, no digest."""
+        """`"window"` once an answer proved this provider refills this scope in windows (here,
+        or anywhere in the fleet), else `"continuous"`. Without any reading, no digest."""
         fleet = self._fleet_refills(now)
         if not (self._refills or fleet):
             return "continuous"
         message = refill_message(credential_prefix(provider), scope_message(model, quota_bucket))
-        messages = [message] if owner is None else [message, message + owner]
+        if self._refills.get(self._digest(message)) == "window":
+            return "window"
         sharing = self._shared
-        for known in messages:
-            if self._refills.get(self._digest(known)) == "window":
-                return "window"
-            if fleet and sharing is not None and fleet.get(sharing.digest(known).hex()) == "window":
-                return "window"
+        if fleet and sharing is not None and fleet.get(sharing.digest(message).hex()) == "window":
+            return "window"
         return "continuous"
 
     def provider_refill(self, provider: str, *, now: float | None = None) -> ProviderRefill:
@@ -91,28 +80,17 @@ class RefillReadings(StoreParts):
         quota_bucket: str | None,
         reading: Refill,
         *,
-        owner: bytes | None = None,
         now: float | None = None,
     ) -> None:
-        """Keep what an answer proved: `"window"` for this scope's budget `owner` (a key's
-        or an account's message; without one, the whole scope), the whole scope once
-        `OWNERS_AGREEING` owners showed it, and so for the provider; `"continuous"` for the
-        provider only (it never replaces a window). Fleet-wide with sharing."""
+        """Keep what an answer proved: `"window"` for this scope (and so for the provider),
+        `"continuous"` for the provider only (it never replaces a window). Fleet-wide with
+        sharing."""
         prefix = credential_prefix(provider)
         messages = [refill_message(prefix, None)]
-        scope = refill_message(prefix, scope_message(model, quota_bucket))
         if reading == "window":
-            messages.append(scope if owner is None else scope + owner)
+            messages.append(refill_message(prefix, scope_message(model, quota_bucket)))
         learned = []
         with self._lock:
-            owned = None if owner is None else self._digest(scope + owner)
-            if reading == "window" and owned is not None and self._refills.get(owned) != "window":
-                scope_digest = self._digest(scope)
-                agreeing = self._window_owners.get(scope_digest, 0) + 1
-                if len(self._window_owners) < MAX_READINGS:
-                    self._window_owners[scope_digest] = agreeing
-                if agreeing >= OWNERS_AGREEING:
-                    messages.append(scope)
             for message in messages:
                 digest = self._digest(message)
                 known = self._refills.get(digest)
