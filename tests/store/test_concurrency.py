@@ -319,20 +319,27 @@ def test_an_unknown_order_is_a_value_error(keys: list[str]) -> None:
         CredentialPool.available(P, model=MODEL, order="random")  # type: ignore[arg-type]
 
 
-def test_spread_spreads_sequential_requests_once_budgets_are_known(keys: list[str]) -> None:
-    sent = dict.fromkeys(KEYS, 0)
-    announced = {  # what OpenAI says on every answer: ample room left
-        "x-ratelimit-limit-requests": "10000",
-        "x-ratelimit-remaining-requests": "9990",
-        "x-ratelimit-reset-requests": "8.64s",
-    }
+AMPLE = {  # what OpenAI says on every answer: ample room left
+    "x-ratelimit-limit-requests": "10000",
+    "x-ratelimit-remaining-requests": "9990",
+    "x-ratelimit-reset-requests": "8.64s",
+}
+
+
+def counting_sender(sent: dict[str, int]) -> Callable[[str], Reply]:
+    """A `send` answering with ample budgets, counting the requests each key gets."""
 
     def send(key: str) -> Reply:
         sent[key] += 1
-        return Reply(200, announced)
+        return Reply(200, AMPLE)
 
+    return send
+
+
+def test_spread_spreads_sequential_requests_once_budgets_are_known(keys: list[str]) -> None:
+    sent = dict.fromkeys(KEYS, 0)
     for _ in range(100):
-        CredentialPool.dispatch(P, send, model=MODEL)
+        CredentialPool.dispatch(P, counting_sender(sent), model=MODEL)
     assert all(26 <= count <= 40 for count in sent.values()), sent
 
 
@@ -343,16 +350,6 @@ def test_spread_spreads_through_redis_once_budgets_are_known(
     for pool in pools:
         pool.register(P, keys=KEYS)
     sent = dict.fromkeys(KEYS, 0)
-    announced = {
-        "x-ratelimit-limit-requests": "10000",
-        "x-ratelimit-remaining-requests": "9990",
-        "x-ratelimit-reset-requests": "8.64s",
-    }
-
-    def send(key: str) -> Reply:
-        sent[key] += 1
-        return Reply(200, announced)
-
     for index in range(60):  # two gateway processes taking turns
-        pools[index % 2].dispatch(P, send, model=MODEL)
+        pools[index % 2].dispatch(P, counting_sender(sent), model=MODEL)
     assert all(13 <= count <= 27 for count in sent.values()), sent

@@ -264,14 +264,19 @@ MATRIX = """
 """
 
 
-def test_the_page_shows_the_catalog_matrix(gateway: str, browser: DevTools, tmp_path: Path) -> None:
+def look_up_the_matrix(browser: DevTools, gateway: str) -> Any:
+    """Open the page, type the token and the provider (no model), and read the matrix."""
     browser.call("Page.enable")
     browser.call("Page.navigate", url=gateway)
     wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
     for field, text in (("token", TOKEN), ("provider", P)):
         browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
     browser.evaluate("document.querySelector('button[type=submit]').click()")
-    matrix = wait_for(browser, MATRIX)
+    return wait_for(browser, MATRIX)
+
+
+def test_the_page_shows_the_catalog_matrix(gateway: str, browser: DevTools, tmp_path: Path) -> None:
+    matrix = look_up_the_matrix(browser, gateway)
     assert matrix["head"] == [
         "Key",
         "gpt-4o (1 ready)",
@@ -409,12 +414,6 @@ def test_the_clear_button_forgets_the_cooldown_of_the_model_looked_up(
 
 def test_a_drained_key_reads_drained_in_the_matrix(gateway: str, browser: DevTools) -> None:
     CredentialPool.drain(P, CredentialPool.status(P)["keys"][0]["label"])
-    browser.call("Page.enable")
-    browser.call("Page.navigate", url=gateway)
-    wait_for(browser, "document.readyState === 'complete' && !!document.getElementById('token')")
-    for field, text in (("token", TOKEN), ("provider", P)):
-        browser.evaluate(TYPE_INTO % {"id": json.dumps(field), "text": json.dumps(text)})
-    browser.evaluate("document.querySelector('button[type=submit]').click()")
-    matrix = wait_for(browser, MATRIX)
+    matrix = look_up_the_matrix(browser, gateway)
     assert matrix["rows"][0] == ["Key 1", "drained", "drained", "drained"]
     assert not any("null" in cell for row in matrix["rows"] for cell in row)
