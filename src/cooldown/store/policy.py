@@ -224,15 +224,13 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             elif deadline is None:
                 sharing.backend.clear(shared_entry, current_time, sent)
             else:
-                owned_by = None if owner is None else sharing.digest(credential_prefix(provider))
-                deadline_shared = current_time + cooling
-                if sharing.backend.record(
-                    shared_entry,
-                    deadline_shared,
-                    current_time,
-                    ceiling,
-                    None if owned_by is None else owned_by.hex(),
-                ):
+                foreign_of = None  # a foreign entry is kept apart under its provider's id
+                if owner is not None:
+                    foreign_of = sharing.digest(credential_prefix(provider)).hex()
+                dropped = sharing.backend.record(
+                    shared_entry, current_time + cooling, current_time, ceiling, foreign_of
+                )
+                if dropped:
                     warn_once(provider, FOREIGN_DROPPED_WARNING)
             if escalated:
                 sharing.backend.add_to_fleet("escalated_total", current_time)
