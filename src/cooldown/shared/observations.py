@@ -66,7 +66,7 @@ UNRELEASED = 1024
 """Attempts whose end did not reach Redis, kept to release when it answers again."""
 
 
-class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
+class RedisObservations(ScriptCalls, SharedKeyActions):
     """The shared half of a store; every method answers `None` instead of raising.
 
     `None` means "Redis did not answer": the caller keeps its local answer.
@@ -93,10 +93,19 @@ class RedisObservations(ScriptCalls, SharedKeyActions, SharedQuotaMarks):
         self._live_read: tuple[float, list[str] | None] = (-math.inf, None)
         self._fleet_key = f"{{{prefix}}}:fleet"
         self._start_key_actions(prefix)
-        self._start_quota_marks(prefix)
+        self._quota_marks = SharedQuotaMarks(self, prefix)
 
     def __repr__(self) -> str:
         return f"<RedisObservations mode={self._endpoint.mode} degraded={self._degraded}>"
+
+    def mark_quota(self, credential: str, deadline: float, now: float) -> None:
+        self._quota_marks.mark_quota(credential, deadline, now)
+
+    def quota_marks(self, now: float) -> dict[str, float] | None:
+        return self._quota_marks.quota_marks(now)
+
+    def forget_quota(self, credential: str, now: float) -> None:
+        self._quota_marks.forget_quota(credential, now)
 
     def check_secret(self, secret: bytes) -> bool | None:
         """Whether this process shares the secret of the first process that wrote under the

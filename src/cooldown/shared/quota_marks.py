@@ -4,7 +4,7 @@ worker's status names them as such."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .operators import moments
 
@@ -16,16 +16,27 @@ QUOTA_KEY = "quota"
 _MOST_MARKS = 10000  # as many as the deadline table holds entries
 
 
+class QuotaCalls(Protocol):
+    """What the quota marks need of the Redis calls they ride on (`RedisObservations`)."""
+
+    def _call_with(
+        self, now: float, command: Callable[[], Any], read: Callable[[Any], Any]
+    ) -> Any: ...
+
+    def _connected(self) -> Any: ...
+
+    def _act(self, action: tuple[str, str], act: Callable[[float], Any], now: float) -> Any: ...
+
+    def _to_wall_ms(self, monotonic: float) -> int: ...
+
+    def _to_monotonic(self, wall_ms: Any) -> float: ...
+
+
 class SharedQuotaMarks:
-    """Mixed into `RedisObservations`: mark a spent quota, read the live ones, forget one."""
+    """Part of `RedisObservations`: mark a spent quota, read the live ones, forget one."""
 
-    _call_with: Callable[..., Any]
-    _connected: Callable[[], Any]
-    _act: Callable[..., Any]
-    _to_wall_ms: Callable[[float], int]
-    _to_monotonic: Callable[[Any], float]
-
-    def _start_quota_marks(self, prefix: str) -> None:
+    def __init__(self, calls: QuotaCalls, prefix: str) -> None:
+        self._calls = calls
         self._quota_key = f"{{{prefix}}}:{QUOTA_KEY}"
 
     def mark_quota(self, credential: str, deadline: float, now: float) -> None:
@@ -33,25 +44,25 @@ class SharedQuotaMarks:
         marks go, and the oldest beyond the cap); lost when Redis is down."""
 
         def write() -> Any:
-            pipeline = self._connected().pipeline(transaction=False)
-            pipeline.zadd(self._quota_key, {credential: self._to_wall_ms(deadline)})
-            pipeline.zremrangebyscore(self._quota_key, "-inf", self._to_wall_ms(now))
+            pipeline = self._calls._connected().pipeline(transaction=False)
+            pipeline.zadd(self._quota_key, {credential: self._calls._to_wall_ms(deadline)})
+            pipeline.zremrangebyscore(self._quota_key, "-inf", self._calls._to_wall_ms(now))
             pipeline.zremrangebyrank(self._quota_key, 0, -_MOST_MARKS - 1)
             return pipeline.execute()
 
-        self._call_with(now, write, bool)
+        self._calls._call_with(now, write, bool)
 
     def quota_marks(self, now: float) -> dict[str, float] | None:
         """Each live mark's credential id and deadline (monotonic); `None` when Redis does
         not answer. Junk members or scores (Redis is shared with other programs) are skipped."""
 
         def fetch() -> Any:
-            return self._connected().zrangebyscore(
-                self._quota_key, f"({self._to_wall_ms(now)}", "+inf", withscores=True
+            return self._calls._connected().zrangebyscore(
+                self._quota_key, f"({self._calls._to_wall_ms(now)}", "+inf", withscores=True
             )
 
-        marks: dict[str, float] | None = self._call_with(
-            now, fetch, lambda answer: moments(answer, self._to_monotonic)
+        marks: dict[str, float] | None = self._calls._call_with(
+            now, fetch, lambda answer: moments(answer, self._calls._to_monotonic)
         )
         return marks
 
@@ -60,9 +71,9 @@ class SharedQuotaMarks:
         until Redis takes it)."""
 
         def act(at: float) -> bool | None:
-            forgot: bool | None = self._call_with(
-                at, lambda: self._connected().zrem(self._quota_key, credential), bool
+            forgot: bool | None = self._calls._call_with(
+                at, lambda: self._calls._connected().zrem(self._quota_key, credential), bool
             )
             return forgot
 
-        self._act(("quota", credential), act, now)
+        self._calls._act(("quota", credential), act, now)
