@@ -31,7 +31,15 @@ class PoolActions:
     @pool_method
     def drain(self, provider: str, label: str) -> KeyStatus:
         """No new attempt goes to the key, for any model, until `undrain` (attempts in flight
-        finish). Fleet-wide with Redis sharing, where it outlives any worker's restart."""
+        finish). Fleet-wide with Redis sharing, where it outlives any worker's restart (when
+        Redis is out, it holds here at once and is retried until Redis takes it).
+
+        Parameters:
+
+        - `provider`: the registered name (`KeyError` naming it when it is not).
+        - `label`: the key's label as `status()` shows it (`"k-..."`; `KeyError` when no key
+          of the provider has it).
+        """
         return self._act("drain", CallScope(provider), label, self.store.drain)
 
     @pool_method

@@ -123,7 +123,16 @@ class CredentialPool(KeyRecording, PoolActions):
         cools the scope for all of them. `refill` says how the provider's announced limits
         come back: `"continuous"`, `"window"` (all at once at the reset), or `"auto"`
         (continuous until an answer proves windows). Registering again replaces the
-        provider's source (and its accounts and refill)."""
+        provider's source (and its accounts and refill).
+
+        Parameters:
+
+        - `provider`: the name `dispatch`, `select` and the status page use.
+        - `base_env`: the environment variable of the first key (`BASE`, then `BASE_1`...).
+        - `keys`: the keys in code, or a callable returning them (a secret manager).
+        - `accounts`: `{account label: [key positions or "k-..." labels]}`.
+        - `refill`: `"auto"`, `"continuous"` or `"window"`.
+        """
         if not isinstance(provider, str):
             raise TypeError("provider must be a str")
         if not provider:
@@ -193,6 +202,21 @@ class CredentialPool(KeyRecording, PoolActions):
         served first come, first served. `None` without calling `send` when no key is
         configured (or every key is drained).
         `send` must be a plain function; an `async def send` goes to `adispatch`.
+
+        Parameters:
+
+        - `provider`: the registered name whose keys to rotate.
+        - `send`: `send(key)` makes the upstream request with that key.
+        - `model`, `quota_bucket`: the upstream model (or its configured bucket) the
+          cooldowns are kept for; neither: the legacy provider-wide path.
+        - `affinity`: a conversation or prompt-cache id: the same free key for it.
+        - `quota_buckets`: model -> bucket, for this call (else the setting).
+        - `now`: a monotonic clock of the caller's (tests).
+        - `order`: `"spread"` (default) or `"configured"`.
+        - `rotate_on`: provider-failure statuses that move to the next key.
+        - `advice`: reads seconds, or `QuotaSpent`, from a throttle's (or a 402's) body.
+        - `cost`: the request's tokens.
+        - `wait`: seconds to wait for a free key before the 429.
         """
         refuse_coroutine_function(send)
         steps = steps_for(
@@ -299,6 +323,13 @@ class CredentialPool(KeyRecording, PoolActions):
         the reading `register` fixed, or under `"auto"` what the answers showed: `"window"`
         once any model learned it, `"continuous"` once an admission only the refill allowed
         was served, else `"unknown"`.
+
+        Parameters:
+
+        - `provider`: the registered name.
+        - `model`, `quota_bucket`: the scope to explain (neither: unscoped selection's view).
+        - `now`: a monotonic clock of the caller's (tests).
+        - `cost`: a request's tokens, to show the keys that could not take it.
         """
         current = scoped_settings(self.store, model, quota_bucket)
         candidates = self.keys(provider)
