@@ -41,11 +41,7 @@ from ..store.backend import (
 )
 from ..store.foreign import FOREIGN_PER_PROVIDER
 from . import scripts as shared_scripts
-from .calls import (
-    SOCKET_TIMEOUT_SECONDS,
-    ScriptCalls,
-    finite,
-)
+from .calls import SOCKET_TIMEOUT_SECONDS, ScriptCalls, finite
 from .operators import SharedKeyActions
 from .quota_marks import SharedQuotaMarks
 
