@@ -91,19 +91,19 @@ class SharedKeyActions:
         """Run an operator's action; when Redis does not take it, keep it (it replaces an
         earlier one of its kind for the key) and try it again until Redis does."""
         done = act(now)
+        retrying = None
         with self._drains_lock:
             if done is None:
                 self._pending[action] = act
             else:
                 self._pending.pop(action, None)
             self._drains_read = (-math.inf, None)  # the next read sees this at once
-            start = done is None and (self._retrying is None or not self._retrying.is_alive())
-            if start:
-                self._retrying = threading.Thread(
+            if done is None and (self._retrying is None or not self._retrying.is_alive()):
+                retrying = self._retrying = threading.Thread(
                     target=self._retry_pending, name="cooldown-actions", daemon=True
                 )
-        if start and self._retrying is not None:
-            self._retrying.start()
+        if retrying is not None:
+            retrying.start()
         return done
 
     def _flush_pending(self, now: float) -> bool:

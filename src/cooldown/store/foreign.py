@@ -31,9 +31,6 @@ class ForeignEntries(Generic[_Provider, _Entry]):
     def __bool__(self) -> bool:
         return bool(self._provider_of)
 
-    def __contains__(self, entry: _Entry) -> bool:
-        return entry in self._provider_of
-
     def added(self, provider: _Provider, entry: _Entry) -> _Entry | None:
         """Note a foreign entry; return the provider's oldest one it pushes out, if any."""
         entries = self._by_provider.setdefault(provider, OrderedDict())
