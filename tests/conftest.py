@@ -34,6 +34,7 @@ from cooldown import (
 )
 from cooldown.evidence.learn import window_learner
 from cooldown.pools.accounts import forget_app_accounts
+from cooldown.pools.limits import forget_app_limits
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +52,7 @@ def forget_everything() -> None:
 
     config.forget_app_config()
     forget_app_accounts()
+    forget_app_limits()
     share_when_configured(model_cooldown, config.CooldownSettings())  # detach, close Redis
     model_cooldown.reset()
     window_learner.reset()

@@ -107,6 +107,8 @@ def test_forwarded_env_lists_every_setting() -> None:
         "MODEL_COOLDOWN_WAIT_SECONDS",
         "MODEL_COOLDOWN_MAX_WAITERS",
         "MODEL_COOLDOWN_QUOTA_SECONDS",
+        "MODEL_COOLDOWN_LIMITS",
+        "MODEL_COOLDOWN_USAGE_SECONDS",
     )
 
 

@@ -25,6 +25,7 @@ from .evidence import (
     selection_scope,
     upstream_model,
 )
+from .evidence.usage import Usage
 from .pools import (
     CredentialPool,
     KeyedClients,
@@ -54,6 +55,8 @@ __all__ = [  # noqa: RUF022 -- grouped by purpose, the gateway path first
     "arelay",
     "status_blueprint",
     "upstream_model",
+    # quotas beyond the minute: a usage reader's reading (readers in cooldown.usage)
+    "Usage",
     # what a route may raise or let through
     "CooldownError",
     "ModelCooldownExhausted",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal, TypeAlias
 
 __all__ = [
     "APIError",
     "CooldownError",
+    "ExhaustedReason",
     "ModelCooldownCapacity",
     "ModelCooldownExhausted",
     "NanoGPTKeyPoolExhausted",
@@ -65,12 +66,41 @@ class CooldownError(APIError):
         )
 
 
+ExhaustedReason: TypeAlias = Literal["quota", "limit", "cooling"]
+EXHAUSTED_REASONS: tuple[ExhaustedReason, ...] = ("quota", "limit", "cooling")
+
+
 class ModelCooldownExhausted(CooldownError):
-    """Every configured key is cooling for this model or bucket; nothing was dispatched."""
+    """Every configured key is cooling for this model or bucket; nothing was dispatched.
+
+    `reason` says what holds most of the keys: `"quota"` (spent credit or a daily cap),
+    `"limit"` (a limit declared at registration is reached) or `"cooling"` (anything else:
+    a throttle, an auth rejection, a probe or budget); on a tie, in that order. When every
+    key is out of quota or at its declared limit, the message says so."""
 
     http_status = 429
     code = "model_cooldown"
     template = "Every upstream key for this model is cooling down; retry after {seconds} seconds."
+    spent_template: ClassVar[str] = (
+        "Every upstream key for this model is out of quota or at its declared limit; "
+        "retry after {seconds} seconds."
+    )
+
+    def __init__(
+        self,
+        retry_after: int,
+        *,
+        reason: ExhaustedReason = "cooling",
+        every_key_spent: bool = False,
+    ) -> None:
+        if reason not in EXHAUSTED_REASONS:
+            raise ValueError(f"reason must be one of {EXHAUSTED_REASONS}")
+        super().__init__(retry_after)
+        self.reason: ExhaustedReason = reason
+        if every_key_spent:
+            self.message = self.spent_template.format(seconds=self.retry_after)
+            self.args = (self.message,)
+
     free_in_seconds: float | None = None
     """When the store raised it: how long until the earliest key frees, unrounded (a
     dispatch that may wait sleeps that long, not the whole `retry_after` seconds)."""

@@ -181,7 +181,7 @@ def test_accounts_nested_too_deeply_are_malformed_not_an_error(
 ) -> None:
     from cooldown.pools import accounts
 
-    accounts._parsed.cache_clear()  # each case's malformed value is read (and said) anew
+    accounts._setting._parsed.cache_clear()  # each case's malformed value is read (and said) anew
     deep = nested(5000, in_lists=in_lists)
     with caplog.at_level(logging.WARNING, "cooldown"):
         app_with(MODEL_COOLDOWN_ACCOUNTS={"ce-gpt-plus": {"team": deep}})

@@ -22,6 +22,7 @@ from .names import (
     DEFAULT_QUOTA_SECONDS,
     DEFAULT_REDIS_PREFIX,
     DEFAULT_REDIS_TIMEOUT_MS,
+    DEFAULT_USAGE_SECONDS,
     DEFAULT_WAIT_SECONDS,
     ENABLED_ENV,
     FALSE_WORDS,
@@ -31,6 +32,7 @@ from .names import (
     LEARN_ENV,
     LEARN_MODES,
     LEASE_SECONDS_ENV,
+    LIMITS_ENV,
     LONGEST_LEASE_SECONDS,
     LONGEST_REDIS_TIMEOUT_MS,
     LONGEST_WAIT_SECONDS,
@@ -47,6 +49,8 @@ from .names import (
     STATUS_MODELS_ENV,
     STATUS_TOKEN_ENV,
     TRUE_WORDS,
+    USAGE_SECONDS_ENV,
+    USAGE_SECONDS_RANGE,
     WAIT_SECONDS_ENV,
     LearnMode,
 )
@@ -78,6 +82,7 @@ __all__ = [
     "LEARN_ENV",
     "LEARN_MODES",
     "LEASE_SECONDS_ENV",
+    "LIMITS_ENV",
     "LONGEST_LEASE_SECONDS",
     "LONGEST_REDIS_TIMEOUT_MS",
     "LONGEST_WAIT_SECONDS",
@@ -93,6 +98,7 @@ __all__ = [
     "STATUS_MODELS_ENV",
     "STATUS_TOKEN_ENV",
     "TRUE_WORDS",
+    "USAGE_SECONDS_ENV",
     "WAIT_SECONDS_ENV",
     "CooldownSettings",
     "LearnMode",
@@ -110,9 +116,10 @@ logger = logging.getLogger("cooldown")
 _PARSED_ENV = tuple(
     name
     for name in FORWARDED_ENV
-    if name not in (STATUS_TOKEN_ENV, STATUS_MODELS_ENV, ACCOUNTS_ENV)
+    if name not in (STATUS_TOKEN_ENV, STATUS_MODELS_ENV, ACCOUNTS_ENV, LIMITS_ENV)
 )
-"""What `settings()` parses; the status token and catalog are read by the status surface."""
+"""What `settings()` parses; the status token and catalog are read by the status surface,
+the accounts and limits by the pools."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,7 @@ class CooldownSettings:
     wait_seconds: float = DEFAULT_WAIT_SECONDS  # a dispatch's default wait for a key
     max_waiters: int = DEFAULT_MAX_WAITERS  # per provider per process; beyond it, 429 at once
     quota_seconds: int = DEFAULT_QUOTA_SECONDS  # a spent quota's cooldown, capped by max_seconds
+    usage_seconds: int = DEFAULT_USAGE_SECONDS  # how often a usage reader reads each key
 
 
 WARNED_NAMES_LIMIT = 1024
@@ -209,6 +217,12 @@ def _parse(raw: tuple[str | None, ...]) -> CooldownSettings:
         quota_seconds=_parse_default_on_error(
             values[QUOTA_SECONDS_ENV], QUOTA_SECONDS_ENV, DEFAULT_QUOTA_SECONDS, LARGEST_MAX_SECONDS
         ),
+        usage_seconds=_parse_default_on_error(
+            values[USAGE_SECONDS_ENV],
+            USAGE_SECONDS_ENV,
+            DEFAULT_USAGE_SECONDS,
+            *USAGE_SECONDS_RANGE,
+        ),
         **_waiting(values),
         **_sharing(values),
     )
@@ -240,11 +254,14 @@ def _parse_learn(raw: str | None) -> LearnMode:
     return "off"
 
 
-def _parse_default_on_error(raw: str | None, name: str, default: int, high: int) -> int:
-    """A whole-number setting: malformed is its default with one warning, and the
-    feature stays on."""
+def _parse_default_on_error(
+    raw: str | None, name: str, default: int, low_or_high: int, high: int | None = None
+) -> int:
+    """A whole-number setting, from 1 (or `low_or_high` when `high` is given) through its
+    highest: malformed is its default with one warning, and the feature stays on."""
+    low, high = (1, low_or_high) if high is None else (low_or_high, high)
     try:
-        return parse_whole_number(raw, name, default, high)
+        return parse_whole_number(raw, name, default, high, low=low)
     except Malformed:
         warn_once(name, "%s is malformed; its default is used")
         return default

@@ -60,12 +60,12 @@ def bounded_int(text: str, low: int, high: int) -> int | None:
     return value if low <= value <= high else None
 
 
-def parse_whole_number(raw: str | None, name: str, default: int, high: int) -> int:
-    """Unset or blank is `default`; otherwise ASCII digits from 1 through `high`."""
+def parse_whole_number(raw: str | None, name: str, default: int, high: int, *, low: int = 1) -> int:
+    """Unset or blank is `default`; otherwise ASCII digits from `low` through `high`."""
     value = (raw or "").strip()
     if not value:
         return default
-    parsed = bounded_int(value, 1, high)
+    parsed = bounded_int(value, low, high)
     if parsed is None:
         raise Malformed(name)
     return parsed

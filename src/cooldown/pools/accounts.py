@@ -11,13 +11,11 @@ operator's names, not secrets: the status shows them.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
 
 from ..config import ACCOUNTS_ENV, warn_once
+from .provider_settings import ProviderSetting
 
 __all__ = [
     "AccountMap",
@@ -85,45 +83,15 @@ def checked_accounts(provider: str, accounts: object) -> dict[int | str, str]:
     return by_position
 
 
-_app_accounts: list[str | None] = [None]
-"""`app.config["MODEL_COOLDOWN_ACCOUNTS"]` as JSON, when `init_app` read one."""
+_setting = ProviderSetting(
+    ACCOUNTS_ENV, checked_accounts, "%s is malformed; keys are grouped in no account"
+)
 
-
-def apply_app_accounts(config: Mapping[str, object]) -> None:
-    """`init_app`: a mapping, or its JSON as in the environment, overrides the variable."""
-    accounts = config.get(ACCOUNTS_ENV)
-    if accounts is None:
-        return
-    try:
-        _app_accounts[0] = accounts if isinstance(accounts, str) else json.dumps(accounts)
-    except (TypeError, ValueError, RecursionError):  # not JSON-able (or nested too deeply):
-        _app_accounts[0] = "\x00 malformed"  # malformed, as junk in the variable is
-
-
-def forget_app_accounts() -> None:
-    """Back to the environment alone (tests)."""
-    _app_accounts[0] = None
+apply_app_accounts = _setting.apply_app
+forget_app_accounts = _setting.forget_app
 
 
 def accounts_from_environment(provider: str) -> AccountMap:
     """This provider's accounts in `MODEL_COOLDOWN_ACCOUNTS` (`app.config` over the
     environment); malformed: none, with one warning."""
-    raw = _app_accounts[0] or os.environ.get(ACCOUNTS_ENV) or ""
-    return _parsed(raw).get(provider, {})
-
-
-@lru_cache(maxsize=16)
-def _parsed(raw: str) -> dict[str, dict[int | str, str]]:
-    if not raw.strip():
-        return {}
-    try:
-        document = json.loads(raw)
-        if not isinstance(document, dict):
-            raise TypeError
-        return {
-            provider: checked_accounts(provider, accounts)
-            for provider, accounts in document.items()
-        }
-    except (ValueError, TypeError, RecursionError):
-        warn_once(ACCOUNTS_ENV, "%s is malformed; keys are grouped in no account")
-        return {}
+    return _setting.get(provider) or {}

@@ -12,8 +12,11 @@ from ..arguments import resolve_now
 from ..errors import ModelCooldownExhausted
 from ..evidence.advice import QuotaBuckets
 from ..evidence.learn import WindowLearner, window_learner
+from ..evidence.usage import UsageReader, checked_reader
 from ..forksafe import new_lock
 from ..store import ModelCooldown, Order, model_cooldown
+from ..store.declared import day_zone as day_zone_of
+from ..store.declared import declared_limits
 from ..store.refills import REFILL_SETTINGS, RefillSetting
 from ._common import (
     scoped_settings,
@@ -28,6 +31,7 @@ from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
 from .rotation import arotate, in_thread, refuse_coroutine_function, rotate
+from .usage_readings import UsageReadings
 from .waiting import Wait, checked_wait, step_threads, wait_threads
 
 __all__ = ["CredentialPool"]
@@ -100,6 +104,8 @@ class CredentialPool(KeyRecording, PoolActions):
         state._accounts = {}
         state._first_positions = {}
         state._refill = {}
+        state._limits, state._day_zones = {}, {}
+        state._usage = UsageReadings()
 
     def __repr__(self) -> str:
         return f"<CredentialPool providers={len(self._providers)}>"
@@ -115,6 +121,9 @@ class CredentialPool(KeyRecording, PoolActions):
         keys: KeySource | None = None,
         accounts: Mapping[str, Sequence[int | str]] | None = None,
         refill: RefillSetting = "auto",
+        limits: Mapping[str, Mapping[str, int]] | None = None,
+        day_zone: str = "UTC",
+        usage: UsageReader | None = None,
     ) -> None:
         """Pool `provider`'s keys from the variables `base_env` and `base_env_<n>`, or from
         `keys`: a sequence of strings, or a zero-argument callable returning one (read again
@@ -122,8 +131,11 @@ class CredentialPool(KeyRecording, PoolActions):
         one provider account (`{"team-a": [1, 2]}`, 1-based positions): a throttle on one
         cools the scope for all of them. `refill` says how the provider's announced limits
         come back: `"continuous"`, `"window"` (all at once at the reset), or `"auto"`
-        (continuous until an answer proves windows). Registering again replaces the
-        provider's source (and its accounts and refill).
+        (continuous until an answer proves windows). `limits` declares what the provider
+        documents (`{"requests": {"minute": 15, "day": 1500}}`): no attempt starts that
+        would pass one, per key (or account) and model. `usage` reads a key's credit off the
+        request path. Registering again replaces the provider's source (and its accounts,
+        refill, limits and usage reader).
 
         Parameters:
 
@@ -132,6 +144,9 @@ class CredentialPool(KeyRecording, PoolActions):
         - `keys`: the keys in code, or a callable returning them (a secret manager).
         - `accounts`: `{account label: [key positions or "k-..." labels]}`.
         - `refill`: `"auto"`, `"continuous"` or `"window"`.
+        - `limits`: `{"requests" or "tokens": {"second", "minute", "hour" or "day": n}}`.
+        - `day_zone`: where a day ends at midnight (an IANA zone name), or `"rolling"`.
+        - `usage`: `reader(key)` returning a `Usage` or `None` (`cooldown.usage.openrouter`).
         """
         if not isinstance(provider, str):
             raise TypeError("provider must be a str")
@@ -145,10 +160,19 @@ class CredentialPool(KeyRecording, PoolActions):
         grouped = None if accounts is None else checked_accounts(provider, accounts)
         if refill not in REFILL_SETTINGS:
             raise ValueError(f"refill must be one of {REFILL_SETTINGS}")
+        declared = declared_limits(limits, day_zone)
+        zone = day_zone_of(day_zone)
+        reader = checked_reader(usage)
         with self._lock:
             self._providers[provider] = source
             self._first_positions.pop(provider, None)
             self._refill[provider] = refill
+            self._day_zones[provider] = zone
+            if declared is None:
+                self._limits.pop(provider, None)
+            else:
+                self._limits[provider] = declared
+            self._usage.reader(provider, reader)
             if grouped is None:
                 self._accounts.pop(provider, None)
             else:
@@ -332,6 +356,8 @@ class CredentialPool(KeyRecording, PoolActions):
         - `cost`: a request's tokens, to show the keys that could not take it.
         """
         current = scoped_settings(self.store, model, quota_bucket)
+        if current is not None:
+            self._usage.start(self)  # first use: its usage readers, if any, begin reading
         candidates = self.keys(provider)
         current_time = resolve_now(now)
         maximum = None if current is None else current.max_seconds
@@ -350,14 +376,23 @@ class CredentialPool(KeyRecording, PoolActions):
             accounts=self._labels(provider, candidates),
             cost=cost,
             refill=None if fixed == "auto" else fixed,
+            limits=self.declared_limits(provider),
+            usage=self._usage,
         )
 
     @pool_method
+    def read_usage(self, *, now: float | None = None) -> int:
+        """Read now each key whose usage reading is due (the background thread does this
+        every second); how many readers were called. `now`: a monotonic clock (tests)."""
+        return self._usage.read_due(self, now=now)
+
+    @pool_method
     def reset(self) -> None:
-        """Forget every legacy rest and where keys were first seen (tests); registered
-        providers stay."""
+        """Forget every legacy rest, where keys were first seen and every usage reading, and
+        stop the usage thread (tests); registered providers stay."""
         self._legacy.reset()
         self._first_positions.clear()
+        self._usage.stop()
 
 
 CredentialPool._start(CredentialPool, model_cooldown, window_learner)

@@ -141,6 +141,8 @@ def steps_for(
     if quota_bucket is not None and scope:
         scope["quota_bucket"] = quota_bucket
     current = scoped_settings(pool.store, scope.get("model"), scope.get("quota_bucket"), provider)
+    if current is not None:
+        pool._usage.start(pool)  # first use: its usage readers, if any, begin reading
     if current is None:
         return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
             first=lambda: _keyed(pool.select(provider, affinity=affinity, now=now, **scope)),
@@ -206,6 +208,7 @@ class _ScopedDispatch:
             current.max_seconds,
             order="configured" if self.affinity is not None else order,
             cost=cost,
+            limits=pool.declared_limits(provider),
         )
         self.fixed: RefillSetting = pool._refill.get(provider, "auto")
         self.refill: Refill = (

@@ -9,7 +9,9 @@ from ..arguments import retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
 from ..store import CallScope, ModelCooldown, Reason
+from ..store.declared import DeclaredLimits, WindowStatus
 from ..store.refills import ProviderRefill
+from .usage_readings import UsageReadings, UsageStatus
 
 __all__ = ["QUOTA_NOTE", "KeyStatus", "PoolStatus", "keys_status", "pool_status"]
 
@@ -20,6 +22,8 @@ QUOTA_NOTE = "out of quota (credit or a daily limit): add credit, or clear it af
 class _OperatorNote(TypedDict, total=False):
     note: str  # what an operator can do, for a hold that needs one (a spent quota)
     fleet: Literal["pending"]  # an operator's action Redis has not taken yet (retried)
+    limits: list[WindowStatus]  # each declared window, for the scope asked
+    usage: UsageStatus | None  # the last usage reading (a provider with a reader)
 
 
 class KeyStatus(_OperatorNote):
@@ -115,10 +119,13 @@ def keys_status(
     accounts: Mapping[str, str] | None = None,
     cost: int | None = None,
     refill: ProviderRefill | None = None,
+    limits: DeclaredLimits | None = None,
+    usage: UsageReadings | None = None,
 ) -> PoolStatus:
     """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
     on both paths, how many models each key cools for, and its account; how the provider's
-    limits refill (`refill` as fixed, else what the store learned)."""
+    limits refill (`refill` as fixed, else what the store learned); each key's count in
+    each declared window (`limits`, for the scope asked) and its last `usage` reading."""
     labels = [(accounts or {}).get(key) for key in keys]
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
@@ -126,6 +133,7 @@ def keys_status(
     scoped = store.scoped_counts(provider, keys, now=now)
     drained = store.drained_keys(provider, list(keys), now=now)
     explained: Sequence[tuple[Reason | None, float]]
+    counted: list[list[WindowStatus]] | None = None
     if current is None:  # unscoped: the pool's own rests decide, and with the feature on
         ceiling = LARGEST_MAX_SECONDS
         wide: Sequence[tuple[Reason | None, float]] = [(None, 0.0)] * len(keys)
@@ -139,8 +147,11 @@ def keys_status(
         ]
     else:
         ceiling = current.max_seconds
-        scope = CallScope(provider, model, quota_bucket, now, ceiling, accounts, cost=cost)
+        scope = CallScope(
+            provider, model, quota_bucket, now, ceiling, accounts, cost=cost, limits=limits
+        )
         explained = store.explain(scope, keys, legacy_rest_until=rests)
+        counted = store.declared_counts(scope, keys) if limits is not None else None
     status = pool_status(
         provider,
         explained,
@@ -153,9 +164,13 @@ def keys_status(
         refill=store.provider_refill(provider, now=now) if refill is None else refill,
     )
     pending = store.fleet_pending(provider, list(keys))
-    for key, row in zip(keys, status["keys"], strict=True):
+    for position, (key, row) in enumerate(zip(keys, status["keys"], strict=True)):
         if key in pending:
             row["fleet"] = "pending"
+        if counted is not None:
+            row["limits"] = counted[position]
+        if usage is not None and usage.has_reader(provider):
+            row["usage"] = usage.status(provider, row["label"], now)
     return status
 
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timezone, tzinfo
 
 from ..arguments import check_cost, require_keys, resolve_now
 from ..store import CallScope, ModelCooldown, Order
+from ..store.declared import DeclaredLimits
 from ._common import by_affinity, check_affinity, scoped_max_seconds
 from .accounts import AccountMap, accounts_from_environment, labels_by_key
 from .code_keys import CodeKeys
 from .default import pool_method
 from .discovery import discover, discovered_positions, numbered_keys
 from .legacy import LegacyRests
+from .limits import limits_from_environment
+from .usage_readings import UsageReadings
 
 __all__ = ["KeySelection"]
 
@@ -24,6 +28,9 @@ class KeySelection:
     _providers: dict[str, str | CodeKeys]  # the base variable of its keys, or code
     _accounts: dict[str, dict[int | str, str]]  # registered: position or key label -> label
     _first_positions: dict[str, dict[str, int]]  # each pooled key's place when first seen
+    _limits: dict[str, DeclaredLimits]  # registered with limits
+    _day_zones: dict[str, tzinfo | None]  # registered: when its day ends (None: rolling)
+    _usage: UsageReadings  # the usage readers and their last readings
 
     @pool_method
     def keys(self, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -71,6 +78,15 @@ class KeySelection:
         """Position -> account label: registered ones, else `MODEL_COOLDOWN_ACCOUNTS`."""
         registered = self._accounts.get(provider)
         return accounts_from_environment(provider) if registered is None else registered
+
+    @pool_method
+    def declared_limits(self, provider: str) -> DeclaredLimits | None:
+        """The limits declared for `provider`: registered ones, else `MODEL_COOLDOWN_LIMITS`'s
+        (its day ending in the registered `day_zone`)."""
+        registered = self._limits.get(provider)
+        if registered is not None:
+            return registered
+        return limits_from_environment(provider, self._day_zones.get(provider, timezone.utc))
 
     @pool_method
     def key_accounts(self, provider: str) -> dict[str, str]:
@@ -173,7 +189,15 @@ class KeySelection:
             return [key for key in candidates if key not in rests]
         accounts = self.key_accounts(provider)
         scope = CallScope(
-            provider, model, quota_bucket, current_time, max_seconds, accounts, order, cost
+            provider,
+            model,
+            quota_bucket,
+            current_time,
+            max_seconds,
+            accounts,
+            order,
+            cost,
+            self.declared_limits(provider),
         )
         filter_keys = self.store.eligible if raise_when_empty else self.store.available
         free = filter_keys(scope, candidates, legacy_rest_until=rests)
@@ -210,5 +234,8 @@ class KeySelection:
             return free[0] if free else (candidates[0] if candidates else None)
         accounts = self._labels(provider, configured)
         # `now` is checked; the store reads the clock itself when it is None
-        scope = CallScope(provider, model, quota_bucket, now, max_seconds, accounts, order, cost)
+        limits = self.declared_limits(provider)
+        scope = CallScope(
+            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, limits
+        )
         return self.store.select(scope, candidates, legacy_rest_until=rests)

@@ -61,10 +61,24 @@ class SharedKeyActions:
         self._drained_key = f"{{{prefix}}}:{DRAINED_KEY}"
         self._cleared_key = self._keys[KEY_NAMES.index("cleared")]
         self._refills_key = f"{{{prefix}}}:{REFILLS_KEY}"
+        self._lease_prefix = f"{{{prefix}}}:lease:"
         self._drains_read: tuple[float, OperatorMarks | None] = (-math.inf, None)
         self._drains_lock = new_lock(self, "_drains_lock")
         self._pending: dict[tuple[str, str], _Act] = {}  # (kind, credential id) -> the last
         self._retrying: threading.Thread | None = None
+
+    def take_lease(self, name: str, seconds: float, now: float) -> bool | None:
+        """`{prefix}:lease:<name>` for `seconds`, unless another process holds it (one worker
+        of the fleet reads a key's usage per period)."""
+        milliseconds = max(1, int(seconds * 1000))
+        taken: bool | None = self._call_with(
+            now,
+            lambda: self._connected().set(
+                f"{self._lease_prefix}{name}", "1", nx=True, px=milliseconds
+            ),
+            lambda answer: bool(answer),
+        )
+        return taken
 
     def drain(self, credential: str, now: float, *, drained: bool) -> bool | None:
         """Add the id to the fleet's drains (or remove it); `None` when Redis did not take it

@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from .announced import Budget, Unseen
 from .backend import Refilled, SharedAttempt
+from .declared import DeclaredWindows
 
 __all__ = ["ORDERS", "Admission", "Admitted", "Attempt", "Load", "Order", "Refilled"]
 
@@ -69,6 +70,7 @@ class Admission:
         self._last_dispatch: dict[bytes, float] = {}
         self._throttled_at: dict[bytes, float] = {}
         self._unseen = Unseen()  # attempts each budget has not seen yet
+        self.declared = DeclaredWindows()  # what started in each window declared at register
 
     def clear(self) -> None:
         for table in (
@@ -84,6 +86,7 @@ class Admission:
             table.clear()
         self._lease_expiry.clear()
         self._unseen.clear()
+        self.declared.clear()
 
     def forget(self, matches: Callable[[bytes], bool]) -> None:
         """An operator's clear: the matching entries' probes, releases and budgets."""

@@ -28,8 +28,9 @@ from .admission import Attempt, Order
 from .backend import SharedAttempt, Sharing
 from .claims import Claim
 from .parts import StoreParts
+from .refusals import exhausted
 from .scope import CallScope, call_scope
-from .selection import exhausted, gather
+from .selection import gather
 
 __all__ = ["Attempts", "ending_attempt"]
 
@@ -102,7 +103,9 @@ class Attempts(StoreParts):
             raise TypeError("exclude must be a collection of keys, not a single string")
         cost = check_cost(scope.cost)
         sharing = self._shared
-        claim = Claim(frozenset(exclude), lease, deferred=sharing is not None, cost=cost)
+        claim = Claim(
+            frozenset(exclude), lease, deferred=sharing is not None, cost=cost, limits=scope.limits
+        )
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
         self._choose(
             "eligible", gather(None, scope, keys, legacy_rest_until), scope.order, claim, cost
@@ -120,7 +123,7 @@ class Attempts(StoreParts):
             spread=scope.order == "spread",
         )
         if not answered:  # Redis did not answer: this process's bookkeeping decides
-            local = Claim(claim.exclude, lease, cost=cost)
+            local = Claim(claim.exclude, lease, cost=cost, limits=scope.limits)
             lookup = gather(sharing, scope, keys, legacy_rest_until)
             self._choose("eligible", lookup, scope.order, local, cost)
             return local.taken
@@ -174,6 +177,7 @@ class Attempts(StoreParts):
                     claim.cost,
                     account,
                 )
+                claim.counted(self._admission, attempt)
             return True, (key, attempt)
         if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
             with self._lock:

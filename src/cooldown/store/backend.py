@@ -135,6 +135,10 @@ class SharedObservations(Protocol):
 
     def forget_quota(self, credential: str, now: float) -> None: ...
 
+    def take_lease(self, name: str, seconds: float, now: float) -> bool | None:
+        """Take the fleet's lease `name` (a hex id) for `seconds` unless another process
+        holds it: whether this one now does; `None` when Redis did not answer."""
+
     def pending_actions(self) -> frozenset[str]:
         """Credential ids with an operator's action (drain, undrain, clear) Redis has not
         taken yet: it is retried until Redis does."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .admission import Admission, Admitted, Attempt
+from .declared import DeclaredLimits
 
 __all__ = ["Claim"]
 
@@ -25,6 +26,7 @@ class Claim:
         "exclude",
         "excluded_free",
         "lease",
+        "limits",
         "now",
         "taken",
     )
@@ -36,10 +38,12 @@ class Claim:
         *,
         deferred: bool = False,
         cost: int | None = None,
+        limits: DeclaredLimits | None = None,
     ) -> None:
         self.exclude = exclude
         self.lease = lease
         self.cost = cost
+        self.limits = limits
         self.deferred = deferred
         self.taken: tuple[str, Attempt] | None = None
         self.candidates: list[Admitted] = []
@@ -70,5 +74,12 @@ class Claim:
                 attempt = admission.start(
                     entry, credential, now, self.lease, cost=self.cost, account=account
                 )
+                self.counted(admission, attempt)
                 self.taken = (key, attempt)
                 return
+
+    def counted(self, admission: Admission, attempt: Attempt) -> None:
+        """The attempt counts in every window declared for its key (or account) and scope."""
+        if self.limits is not None:
+            owner = attempt.entry if attempt.account is None else attempt.account
+            admission.declared.count(owner, self.limits, attempt.started, self.cost)

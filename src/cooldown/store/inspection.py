@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from ..arguments import check_cost, require_keys, require_str, resolve_now
-from ..digests import PreparedHmac, credential_message, credential_prefix
-from .accounts import account_entries
+from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from .accounts import account_entries, checked_labels
 from .admission import Admission
 from .budget import DIGEST_SIZE
+from .declared import WindowStatus
 from .parts import StoreParts
 from .quota_marks import held_by_quota
 from .scope import CallScope, call_scope
@@ -108,6 +109,29 @@ class Inspection(StoreParts):
                     until = max(until, shared.get(sharing.digest(message).hex(), 0.0))
                 if held_by_quota(until, release):
                     explained[position] = ("quota", release)
+
+    def declared_counts(self, scope: CallScope, keys: Sequence[str]) -> list[list[WindowStatus]]:
+        """Per key, each window declared in `scope.limits` as its count stands for the
+        scope (its account's, for a key in one); nothing without limits or a scope."""
+        limits, message = scope.limits, scope_message(scope.model, scope.quota_bucket)
+        keys = require_keys(keys)
+        if limits is None or message is None:
+            return [[] for _ in keys]
+        prefix, current_time = credential_prefix(scope.provider), resolve_now(scope.now)
+        scope_digest = self._digest(message)
+        labels = checked_labels(scope.accounts) if scope.accounts else {}
+        accounts = account_entries(self._digest, prefix, keys, labels, scope_digest)
+        with self._lock:
+            return [
+                self._admission.declared.status(
+                    accounts.get(key)
+                    or self._digest(credential_message(prefix, require_str(key, "each key")))
+                    + scope_digest,
+                    limits,
+                    current_time,
+                )
+                for key in keys
+            ]
 
     def scoped_counts(
         self, provider: str, keys: Sequence[str], *, now: float | None = None
@@ -239,7 +263,7 @@ def explain_keys(
 
     A free key whose probe is out (`"probe"`) or whose announced budget is spent
     (`"budget"`) is held too, as `dispatch` sees it."""
-    ceiling, prefix, keys, scope, legacy, _, shared, _, labels = lookup
+    ceiling, prefix, keys, scope, legacy, _, shared, _, labels, limits = lookup
     scope_digest = None if scope is None else digest(scope)
     accounts = {}
     if scope_digest is not None:
@@ -258,10 +282,14 @@ def explain_keys(
         )
         reason, release = max(held, key=lambda pair: pair[1])  # the first on ties
         if release <= now and scope_digest is not None:
-            release, _ = admission.weigh(
-                credential + scope_digest, now, cost, account=accounts.get(key), maximum=ceiling
-            )
-            reason = "probe" if admission.probing(credential + scope_digest) else "budget"
+            entry, account = credential + scope_digest, accounts.get(key)
+            release, _ = admission.weigh(entry, now, cost, account=account, maximum=ceiling)
+            reason = "probe" if admission.probing(entry) else "budget"
+            if limits is not None:
+                owner = entry if account is None else account
+                declared = min(now + ceiling, admission.declared.hold(owner, limits, now, cost))
+                if declared > max(now, release):
+                    reason, release = "limit", declared
         if release > now:
             explained.append((reason, release))  # retry advice caps it at the maximum
         elif overflow > now:

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from ..arguments import require_str, resolve_now
+from ..config import LARGEST_MAX_SECONDS
 from ..digests import (
     credential_message,
     credential_prefix,
@@ -19,6 +20,7 @@ from ..digests import (
 from .backend import Sharing
 from .budget import DIGEST_SIZE
 from .parts import StoreParts
+from .quota_marks import held_by_quota
 from .scope import CallScope
 
 __all__ = ["MAX_DRAINED", "KeyActions"]
@@ -135,6 +137,45 @@ class KeyActions(StoreParts):
             sharing.backend.forget_credential(shared_id, shared_scope, resolve_now(now))
             if scoped is None:
                 sharing.backend.forget_quota(shared_id, resolve_now(now))
+
+    def lift_quota(self, provider: str, key: str, *, now: float | None = None) -> bool:
+        """The key has credit again (a usage reading says so): the cooldown of its spent
+        quota ends, here and fleet-wide; anything else it cools for stays. Whether one did."""
+        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        credential = self._digest(message)
+        current_time = resolve_now(now)
+        lifted = False
+        with self._lock:
+            self._schedule.advance(current_time, LARGEST_MAX_SECONDS)
+            release = self._deadlines.get(credential, 0.0)
+            if release > current_time and held_by_quota(self._quota.until(credential), release):
+                self._schedule.discard(credential)
+                self._quota.forget(credential.__eq__)
+                lifted = True
+        sharing = self._shared
+        if sharing is not None:  # no lock across the round trips
+            shared_id = sharing.digest(message).hex()
+            if shared_id in (sharing.backend.quota_marks(current_time) or {}):
+                sharing.backend.clear(shared_id, current_time, current_time)
+                sharing.backend.forget_quota(shared_id, current_time)
+                lifted = True
+        if lifted:
+            self._waiters.notify()
+        return lifted
+
+    def take_usage_lease(
+        self, provider: str, key: str, seconds: float, *, now: float | None = None
+    ) -> bool:
+        """May this process read the key's usage this period? Always without sharing (and
+        while Redis does not answer); with it, when no other worker holds the key's lease."""
+        sharing = self._shared
+        if sharing is None:
+            return True
+        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        taken = sharing.backend.take_lease(
+            "usage:" + sharing.digest(message).hex(), seconds, resolve_now(now)
+        )
+        return taken is not False
 
     def _forget_local(self, matches: Callable[[bytes], bool]) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from .admission import Order
+from .declared import DeclaredLimits
 
 __all__ = ["CallScope", "call_scope"]
 
@@ -14,7 +15,9 @@ class CallScope(NamedTuple):
     """Whose keys, for which model or quota bucket, as of when, under which maximum, and
     how a selection ranks them; frozen, so a step can pass it on without a copy.
 
-    `accounts` maps a key to the label of the provider account it shares budgets with.
+    `accounts` maps a key to the label of the provider account it shares budgets with;
+    `limits` are the windows declared for the provider (pools pass them; the store's own
+    keywords take none).
     `order` is `"configured"` here and in `select`/`available`, which answer one question;
     `dispatch` and `admit` default to `"spread"` because concurrent dispatches should not
     all take the first key.
@@ -28,6 +31,7 @@ class CallScope(NamedTuple):
     accounts: Mapping[str, str] | None = None
     order: Order = "configured"
     cost: int | None = None
+    limits: DeclaredLimits | None = None  # what `register(limits=)` declared, checked
 
 
 _UNSET_PARTS = (None, None, None, 3600, None, None)

@@ -21,7 +21,9 @@ from .accounts import account_entries, checked_labels
 from .admission import ORDERS, Admission, Admitted, Load, Order
 from .backend import Sharing, shared_releases
 from .claims import Claim
+from .declared import DeclaredLimits
 from .parts import StoreParts
+from .refusals import Holds, exhausted
 from .scope import CallScope, call_scope
 
 __all__ = [
@@ -48,11 +50,14 @@ Lookup: TypeAlias = tuple[
     dict[str, tuple[float, float]],  # shared: key -> (credential-wide, scope) deadlines
     float,  # shared: the overflow deadline
     Mapping[str, str],  # key -> the label of the account it shares budgets with
+    DeclaredLimits | None,  # the windows declared for the provider
 ]
 """One selection-style call's checked arguments and the shared answer; a plain tuple, cheap
 on the hot path."""
 
-Reason: TypeAlias = Literal["credential", "quota", "scope", "legacy", "probe", "budget", "capacity"]
+Reason: TypeAlias = Literal[
+    "credential", "quota", "scope", "legacy", "probe", "budget", "limit", "capacity"
+]
 """Why a key is not selectable: the observation that holds it longest (see `explain`)."""
 _Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
 
@@ -89,17 +94,18 @@ def gather(
         shared, shared_overflow = shared_releases(
             sharing, prefix, keys, message, resolve_now(given_now), ceiling
         )
-    return ceiling, prefix, keys, message, legacy, given_now, shared, shared_overflow, grouped
-
-
-def exhausted(
-    earliest: float, now: float, ceiling: int, *, awaits_attempts: bool = False
-) -> ModelCooldownExhausted:
-    """The 429, with the exact seconds until the earliest key frees beside its whole ones."""
-    refusal = ModelCooldownExhausted(retry_after(earliest, now, ceiling))
-    refusal.free_in_seconds = min(float(ceiling), max(0.0, earliest - now))
-    refusal.awaits_attempts = awaits_attempts
-    return refusal
+    return (
+        ceiling,
+        prefix,
+        keys,
+        message,
+        legacy,
+        given_now,
+        shared,
+        shared_overflow,
+        grouped,
+        scope.limits,
+    )
 
 
 def scan(
@@ -142,6 +148,7 @@ def admissible(
     spread: bool,
     stop_at_free_outside: Collection[str] | None = None,
     cost: int | None = None,
+    holds: Holds | None = None,
 ) -> tuple[list[Admitted], float, bool]:
     """The keys a dispatch may use now, as (key, credential digest, entry, account entry),
     in the order asked for; the earliest moment another key is free (a release, a
@@ -149,8 +156,9 @@ def admissible(
     while attempts of this process are in flight on it (their ends may free it sooner). In
     configured order, `stop_at_free_outside` ends the scan at the first free key not in it:
     a dispatch needs no more. `cost` is the request's tokens, held against each key's (or
-    its account's) token budget."""
-    ceiling, prefix, keys, scope, legacy, _, _, _, labels = lookup
+    its account's) token budget and the `limits` declared for it; `holds` counts why the
+    keys that are not free are held."""
+    ceiling, prefix, keys, scope, legacy, _, _, _, labels, limits = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
     accounts = account_entries(digest, prefix, keys, labels, scope_digest)
@@ -184,10 +192,16 @@ def admissible(
             release = max(release, legacy[key])
         load = _NO_LOAD
         account = accounts.get(key) if accounts else None
+        limited = False
         if release <= now:
             release, load = admission.weigh(
                 entry, now, cost, oversize=oversize, account=account, maximum=ceiling
             )
+            if limits is not None:
+                owner = entry if account is None else account
+                declared = min(now + ceiling, admission.declared.hold(owner, limits, now, cost))
+                limited = declared > max(now, release)
+                release = max(release, declared)
             if release > now and not awaited:
                 awaited = admission.in_flight_on(entry, account)
         if release <= now:
@@ -195,8 +209,11 @@ def admissible(
             free.append((ranked, position, key, credential, entry, account))
             if stop_at_free_outside is not None and key not in stop_at_free_outside:
                 break
-        elif release < earliest:
+            continue
+        if release < earliest:
             earliest = release
+        if holds is not None:
+            holds.held(credential, release, deadlines, limited=limited)
     if spread:
         free.sort()  # by load, then configured position (unique: nothing after it compares)
     elif oversize:  # by weight: minus the key's token limit
@@ -222,10 +239,10 @@ class Selection(StoreParts):
         """The shared body of `available`, `eligible`, `select` (which stops at one key) and
         `admit` (which also counts the chosen key in flight, under the same lock), over the
         checked arguments `gather` returned."""
-        ceiling, prefix, keys, scope, legacy, given_now, shared, overflow, grouped = lookup
+        _, _, keys, scope, legacy, given_now, shared, *_ = lookup
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
-            lookup = (ceiling, prefix, keys, scope, legacy, given_now, shared, overflow, grouped)
+            lookup = (*lookup[:4], legacy, *lookup[5:])
         if claim is not None and scope is None:
             raise ValueError("admit needs a model or a quota bucket")
         spread = order == "spread" and scope is not None
@@ -262,7 +279,8 @@ class Selection(StoreParts):
         spread: bool,
         cost: int | None,
     ) -> list[str]:
-        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow, _ = lookup
+        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow, *_ = lookup
+        holds = Holds()
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
@@ -283,6 +301,7 @@ class Selection(StoreParts):
                     spread=spread,
                     stop_at_free_outside=stop_at_free_outside,
                     cost=cost,
+                    holds=holds,
                 )
                 free = [key for key, _, _, _ in admitted]
             else:
@@ -296,7 +315,15 @@ class Selection(StoreParts):
                     first_only=mode == "select",
                 )
             if keys and not free and mode != "available":
-                raise exhausted(earliest, current_time, ceiling, awaits_attempts=awaited)
+                reason, spent = holds.reason(self._quota)
+                raise exhausted(
+                    earliest,
+                    current_time,
+                    ceiling,
+                    awaits_attempts=awaited,
+                    reason=reason,
+                    every_key_spent=spent,
+                )
             overflow = max(self._schedule.overflow_until, shared_overflow)
             if free and overflow > current_time:  # an empty result never raises this
                 self._capacity_rejections_total += 1

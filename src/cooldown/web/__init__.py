@@ -19,6 +19,7 @@ from ..config import (
 from ..errors import APIError, ModelCooldownCapacity, ModelCooldownExhausted
 from ..evidence.advice import QUOTA_BUCKETS_CONFIG, checked_quota_buckets
 from ..pools.accounts import apply_app_accounts
+from ..pools.limits import apply_app_limits
 from .cli import cooldown_cli
 from .errors import (
     FORMAT_EXTENSION,
@@ -103,6 +104,7 @@ def init_app(
     chosen = _error_format(app, error_format)
     apply_app_config(app.config)
     apply_app_accounts(app.config)
+    apply_app_limits(app.config)
     checked_quota_buckets(app.config.get(QUOTA_BUCKETS_CONFIG))  # malformed: said now, once
     _say_when_off()
     if "cooldown" in app.extensions:
