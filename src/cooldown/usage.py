@@ -7,6 +7,7 @@ cools a key whose credit is spent and brings it back once a reading shows credit
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
@@ -39,6 +40,9 @@ def openrouter(base_url: str = OPENROUTER_URL) -> UsageReader:
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as answer:
                 document = json.loads(answer.read())
+        except urllib.error.HTTPError as refused:  # an error answer: its connection, closed
+            refused.close()
+            raise UsageUnavailable(f"OpenRouter's key endpoint answered {refused.code}") from None
         except (OSError, ValueError):  # the message of neither carries the key; drop it anyway
             raise UsageUnavailable("OpenRouter's key endpoint did not answer usably") from None
         return _openrouter_usage(document, datetime.now(timezone.utc))
