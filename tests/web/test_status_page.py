@@ -417,3 +417,35 @@ def test_a_drained_key_reads_drained_in_the_matrix(gateway: str, browser: DevToo
     matrix = look_up_the_matrix(browser, gateway)
     assert matrix["rows"][0] == ["Key 1", "drained", "drained", "drained"]
     assert not any("null" in cell for row in matrix["rows"] for cell in row)
+
+
+class Answer:
+    status_code, headers = 200, {}
+
+
+def test_a_declared_day_window_half_used_shows_as_a_bar(
+    gateway: str, browser: DevTools, tmp_path: Path
+) -> None:
+    CredentialPool.register(P, BASE, limits={"requests": {"day": 4}})
+    try:
+        for _ in range(2):  # key 1 is the one ready for gpt-4o
+            CredentialPool.dispatch(P, lambda key: Answer(), model="gpt-4o")
+        look_up_gpt_4o(browser, gateway)
+        bars = wait_for(
+            browser,
+            """(() => {
+              const bars = [...document.querySelectorAll("#keys tbody tr td .window")];
+              return bars.length === 3 ? bars.map((bar) => [
+                bar.querySelector("meter").value, bar.querySelector("meter").max,
+                bar.textContent]) : null;
+            })()""",
+        )
+        screenshot = browser.call("Page.captureScreenshot", format="png")["data"]
+        (tmp_path / "status-page-limits.png").write_bytes(base64.b64decode(screenshot))
+    finally:
+        CredentialPool.register(P, BASE)
+    assert bars[0][:2] == [2, 4]
+    assert bars[0][2].startswith("requests per day: 2 of 4, resets in ")
+    assert [bar[:2] for bar in bars[1:]] == [[0, 4], [0, 4]]
+    head = browser.evaluate("document.getElementById('windows-head').hidden")
+    assert head is False
