@@ -38,7 +38,7 @@ def test_the_gateway_path_comes_first() -> None:
 
 
 def test_every_export_exists_once() -> None:
-    assert len(cooldown.__all__) == len(set(cooldown.__all__)) == 36
+    assert len(cooldown.__all__) == len(set(cooldown.__all__)) == 37
     for name in cooldown.__all__:
         assert getattr(cooldown, name) is not None, name
 
