@@ -48,7 +48,7 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def forget_everything() -> None:
-    from cooldown.shared.observations import share_when_configured
+    from cooldown.shared import share_when_configured
 
     config.forget_app_config()
     forget_app_accounts()

@@ -369,7 +369,8 @@ def test_closed_port_degrades_without_raising() -> None:
 def test_settings_attach_the_process_store(
     redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cooldown.shared import observations as shared_module
+    from cooldown import CooldownSettings
+    from cooldown.shared import share_when_configured
 
     monkeypatch.setenv("MODEL_COOLDOWN_ENABLED", "true")
     monkeypatch.setenv("MODEL_COOLDOWN_REDIS_URL", redis_url)
@@ -384,7 +385,7 @@ def test_settings_attach_the_process_store(
         CredentialPool.select(PROVIDER, model="gpt-b", now=T)
         assert model_cooldown.stats()["shared"] is False
     finally:
-        shared_module.share_when_configured(model_cooldown, shared_module.CooldownSettings())
+        share_when_configured(model_cooldown, CooldownSettings())
 
 
 def test_foreign_data_under_the_prefix_degrades_instead_of_raising(

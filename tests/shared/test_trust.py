@@ -43,7 +43,7 @@ except ImportError:
         raise
     pytest.skip("the [redis] extra is not installed", allow_module_level=True)
 
-from cooldown.shared import observations as shared_module
+from cooldown.shared import share_when_configured
 from cooldown.shared.calls import CLOCK_SKEW_SECONDS
 from cooldown.shared.observations import RedisObservations
 
@@ -198,7 +198,7 @@ def process_shares(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Server
         monkeypatch.setenv(f"{BASE}_1", K2)
 
     yield configure
-    shared_module.share_when_configured(model_cooldown, CooldownSettings())  # detach
+    share_when_configured(model_cooldown, CooldownSettings())  # detach
 
 
 def test_the_timeout_setting_applies(

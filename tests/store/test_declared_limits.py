@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -184,3 +185,34 @@ def test_malformed_limits_are_refused_clearly(limits: Any, error: type[Exception
 def test_an_unknown_day_zone_is_refused(zone: Any, error: type[Exception]) -> None:
     with pytest.raises(error):
         declared_limits({"requests": {"day": 1}}, zone)
+
+
+def test_the_fleet_counts_every_process_in_one_window(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    workers = [process(), process()]
+    at = time.monotonic()
+    limits = {"requests": {"minute": 2}}
+    for worker in workers:  # each process takes one: the fleet's two
+        take(worker, scope(limits, at), KEYS[:1])
+    for worker in workers:
+        with pytest.raises(ModelCooldownExhausted) as refused:
+            worker.admit(scope(limits, at + 1), KEYS[:1])
+        assert refused.value.reason == "limit"
+        assert "at its declared limit" in refused.value.message
+        assert 59 <= refused.value.retry_after <= 61
+
+
+def test_the_fleet_counts_a_calendar_day_and_tokens_alike(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    workers = [process(), process()]
+    at = time.monotonic()
+    limits = {"requests": {"day": 3}, "tokens": {"hour": 102}}
+    take(workers[0], scope(limits, at, zone="Europe/Paris", cost=60), KEYS[:1])
+    with pytest.raises(ModelCooldownExhausted):
+        workers[1].admit(scope(limits, at, zone="Europe/Paris", cost=43), KEYS[:1])
+    take(workers[1], scope(limits, at, zone="Europe/Paris", cost=41), KEYS[:1])
+    take(workers[0], scope(limits, at, zone="Europe/Paris"), KEYS[:1])  # no cost: 0 counted
+    with pytest.raises(ModelCooldownExhausted):
+        workers[1].admit(scope(limits, at, zone="Europe/Paris"), KEYS[:1])  # the day's three

@@ -6,6 +6,7 @@ runs from here to the store and never back.
 
 from __future__ import annotations
 
-from .observations import RedisObservations, share_when_configured
+from .attaching import share_when_configured
+from .observations import RedisObservations
 
 __all__ = ["RedisObservations", "share_when_configured"]

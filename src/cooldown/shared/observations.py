@@ -14,38 +14,32 @@ import logging
 import math
 import os
 import secrets
-import sys
 import time
-import weakref
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ..config import (
     REDIS_SECRET_ENV,
-    REDIS_URL_ENV,
-    CooldownSettings,
     warn_once,
-    warn_sharing_off,
 )
 from ..evidence.learn import LearnedWindow
-from ..forksafe import new_lock
-from ..store import ModelCooldown
 from ..store.backend import (
     FLEET_COUNTERS,
     Announced,
     Refilled,
     SharedAttempt,
-    SharedObservations,
     SharedStart,
+    SharedWindow,
 )
 from ..store.foreign import FOREIGN_PER_PROVIDER
 from . import scripts as shared_scripts
 from .calls import SOCKET_TIMEOUT_SECONDS, ScriptCalls, finite
+from .declared_scripts import windows_argument
 from .operators import SharedKeyActions
 from .quota_marks import SharedQuotaMarks
 
-__all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations", "share_when_configured"]
+__all__ = ["SOCKET_TIMEOUT_SECONDS", "RedisObservations"]
 
 logger = logging.getLogger("cooldown")
 _T = TypeVar("_T")
@@ -80,6 +74,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
         self._keys = [f"{{{prefix}}}:{name}" for name in shared_scripts.KEY_NAMES]
         self._pending_secret: bytes | None = None  # a secret check Redis has not answered
         self._foreign_prefix = f"{{{prefix}}}:foreign:"  # then the provider's hex id
+        self._declared_keys = [f"{{{prefix}}}:declared", f"{{{prefix}}}:declared-ends"]
         self._leases = itertools.count(1)
         self._unreleased: deque[str] = deque(maxlen=UNRELEASED)
         self._nonce = secrets.token_hex(4)  # with the pid: leases never collide
@@ -166,6 +161,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
         *,
         spread: bool,
         cost: int | None = None,
+        windows: Sequence[SharedWindow] = (),
     ) -> SharedStart | None:
         """Admit one of `candidates` ((credential id, entry id, owner id: the entry's or its
         account's), in order) for every process at once: in-flight counts and costs, the probe
@@ -186,6 +182,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
                 0.0 if overflow is None else self._to_monotonic(overflow),
                 [self._to_monotonic(hold) if hold else 0.0 for hold in holds],
                 lease,
+                limited=int(probe),
             )
 
         args = [
@@ -194,11 +191,13 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
             lease,
             "1" if spread else "0",
             "" if cost is None else cost,
+            windows_argument(windows, self._to_wall_ms),
             *itertools.chain.from_iterable(candidates),
         ]
         if self._unreleased:
             self._release_missed_ends(now, max_seconds)
-        return self._call(now, "start", self._keys, args, read)
+        keys = [*self._keys, *self._declared_keys] if windows else self._keys
+        return self._call(now, "start", keys, args, read)
 
     def _release_missed_ends(self, now: float, max_seconds: int) -> None:
         """Release the attempts whose end did not reach Redis, once it answers again: a probe
@@ -330,68 +329,3 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
 
 REFILLED: dict[object, Refilled] = {1: "requests", 2: "tokens"}
 """What START's last answer says was admitted only by a budget's refill."""
-
-_Wanted = tuple[str, str, str, int]  # url, secret, prefix, timeout in milliseconds
-
-
-class _Attachment:
-    """What the settings last attached to one store, and the settings it came from."""
-
-    __slots__ = ("backend", "seen", "wanted")
-
-    def __init__(self) -> None:
-        self.seen: CooldownSettings | None = None  # settings are cached: identity is cheap
-        self.wanted: _Wanted | None = None
-        self.backend: SharedObservations | None = None
-
-
-_attachments: weakref.WeakKeyDictionary[ModelCooldown, _Attachment] = weakref.WeakKeyDictionary()
-_attach_lock = new_lock(sys.modules[__name__], "_attach_lock")
-
-
-def share_when_configured(store: ModelCooldown, current: CooldownSettings) -> None:
-    """Attach `store` to the Redis the settings name, or detach it when they name none.
-
-    Called by the pools on every scoped call; a no-op unless the settings changed. Each
-    store gets its own client; a store attached by hand (`attach_shared`) is left alone.
-    """
-    attachment = _attachments.get(store)
-    if attachment is not None and current is attachment.seen:
-        return
-    wanted = None
-    if current.redis_url and current.redis_secret:
-        wanted = (
-            current.redis_url,
-            current.redis_secret,
-            current.redis_prefix,
-            current.redis_timeout_ms,
-        )
-    attached = None
-    with _attach_lock:
-        attachment = _attachments.setdefault(store, _Attachment())
-        if wanted != attachment.wanted and store.shared is attachment.backend:
-            attached = _attach(store, attachment, wanted)
-        attachment.seen = current
-    if attached is not None and wanted is not None:  # Redis I/O: after the lock is released
-        attached.check_secret(wanted[1].encode())
-
-
-def _attach(
-    store: ModelCooldown, attachment: _Attachment, wanted: _Wanted | None
-) -> RedisObservations | None:
-    """Attach `store` to the wanted Redis (or none); the backend attached, if any."""
-    previous = store.detach_shared()
-    if isinstance(previous, RedisObservations):
-        previous.close()
-    attachment.wanted, attachment.backend = wanted, None
-    if wanted is None:
-        return None
-    url, secret, prefix, timeout_ms = wanted
-    try:
-        backend = RedisObservations(url, prefix=prefix, socket_timeout=timeout_ms / 1000)
-    except ValueError:  # settings validated it; this only guards a direct caller's URL
-        warn_sharing_off(REDIS_URL_ENV)
-        return None
-    store.attach_shared(backend, secret=secret.encode())
-    attachment.backend = backend
-    return backend

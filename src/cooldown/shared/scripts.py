@@ -10,6 +10,7 @@ sees it. ARGV[1..3] is always now, limit, truncate.
 from __future__ import annotations
 
 from .budget_scripts import KEEP_BUDGETS, READ_BUDGETS
+from .declared_scripts import DECLARED
 from .foreign_scripts import KEEP_FOREIGN
 
 __all__ = [
@@ -205,9 +206,10 @@ return result
 """
 )
 
-# ARGV[4..7]: the lease deadline, this attempt's token, '1' for spread order, its cost in
-# tokens ('' unknown); then triples (credential id, entry id, owner id: the entry's or its
-# account's budget), the candidates in the caller's order. Admits the first free one (or,
+# ARGV[4..8]: the lease deadline, this attempt's token, '1' for spread order, its cost in
+# tokens ('' unknown), the windows declared for the provider ('' none: see DECLARED); then
+# triples (credential id, entry id, owner id: the entry's or its account's budget), the
+# candidates in the caller's order. Admits the first free one (or,
 # spread, the largest share of its announced budgets left, each less what is in flight, a
 # key with none counting as full; then fewest in flight, then least recently dispatched;
 # ties keep the caller's order; a cost larger than every candidate's token limit is held by
@@ -215,29 +217,31 @@ return result
 # counts it in flight, with its account's count and its cost, atomically for every
 # process. Returns {chosen position, 1 if it is the probe, false, its learned window or
 # false, 1 or 2 when only the refill of its request or token budget had room for it, else
-# 0}, or, when none is admitted, {0, 0, overflow or false, then each candidate's hold: 0 if
-# free, else until when (ms)}.
+# 0}, or, when none is admitted, {0, how many are held by a declared window, overflow or
+# false, then each candidate's hold: 0 if free, else until when (ms)}.
 START = (
     _COMMON
     + _PRUNE_DEADLINES
     + _PRUNE
     + READ_BUDGETS
+    + DECLARED
     + """
 local function lighter(a, b)
   for i = 1, 3 do if a[i] ~= b[i] then return a[i] < b[i] end end
   return false
 end
 local spread, cost = ARGV[6] == '1', tonumber(ARGV[7])
+local windows = declared_windows(ARGV[8])
 local oversize = cost ~= nil
-for i = 8, #ARGV, 3 do
+for i = 9, #ARGV, 3 do
   if oversize then
     local tokens, _, _, largest = budget('t' .. ARGV[i + 2])
     if not tokens or cost <= largest then oversize = false end
   end
 end
-local holds, best, best_load, best_count, best_refilled = {}, nil, nil, 0, 0
-for i = 8, #ARGV, 3 do
-  local position, entry, owner = (i - 5) / 3, ARGV[i + 1], ARGV[i + 2]
+local holds, best, best_load, best_count, best_refilled, limited = {}, nil, nil, 0, 0, 0
+for i = 9, #ARGV, 3 do
+  local position, entry, owner = (i - 6) / 3, ARGV[i + 1], ARGV[i + 2]
   local hold = math.max(trusted(KEYS[1], ARGV[i]) or 0, trusted(KEYS[1], entry) or 0)
   if hold <= now then
     hold = 0
@@ -268,6 +272,10 @@ for i = 8, #ARGV, 3 do
       end
     end
   end
+  if hold == 0 and #windows > 0 then
+    hold = declared_hold(windows, owner)
+    if hold > 0 then limited = limited + 1 end
+  end
   holds[position] = hold
   if hold == 0 then
     local load = {rank, count, tonumber(redis.call('ZSCORE', KEYS[9], entry)) or -math.huge}
@@ -279,11 +287,12 @@ for i = 8, #ARGV, 3 do
 end
 local overflow = overflow_until()
 if not best or overflow then
-  local result = {0, 0, overflow}
+  local result = {0, limited, overflow}
   for position, hold in ipairs(holds) do result[position + 3] = hold end
   return result
 end
-local credential, entry, owner = ARGV[5 + 3 * best], ARGV[6 + 3 * best], ARGV[7 + 3 * best]
+local credential, entry, owner = ARGV[6 + 3 * best], ARGV[7 + 3 * best], ARGV[8 + 3 * best]
+count_declared(windows, owner)
 local member = ARGV[5] .. ':' .. entry
 if owner ~= entry or cost then
   member = member .. ':' .. owner .. ':' .. (cost or 0)

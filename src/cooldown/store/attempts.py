@@ -27,6 +27,7 @@ from .accounts import account_entries
 from .admission import Attempt, Order
 from .backend import SharedAttempt, Sharing
 from .claims import Claim
+from .declared import shared_windows
 from .parts import StoreParts
 from .refusals import exhausted
 from .scope import CallScope, call_scope
@@ -149,8 +150,9 @@ class Attempts(StoreParts):
             credential = sharing.digest(credential_message(prefix, key))
             entry = credential + scope_id
             ids.append((credential.hex(), entry.hex(), owners.get(key, entry).hex()))
+        windows = () if claim.limits is None else shared_windows(claim.limits, now, claim.cost)
         answer = sharing.backend.start(
-            ids, now, ceiling, now + claim.lease, spread=spread, cost=claim.cost
+            ids, now, ceiling, now + claim.lease, spread=spread, cost=claim.cost, windows=windows
         )
         if answer is None:
             return False, None
@@ -186,7 +188,12 @@ class Attempts(StoreParts):
             raise ModelCooldownCapacity(retry_after(answer.overflow, now, ceiling))
         if claim.excluded_free:  # the free keys left were all tried: the last answer stands
             return True, None
-        raise exhausted(min(claim.earliest, *answer.holds), now, ceiling)
+        holds = claim.holds
+        holds.limited += answer.limited
+        holds.other += len(answer.holds) - answer.limited
+        reason, every_key_spent = holds.reason(self._quota)
+        earliest = min(claim.earliest, *answer.holds)
+        raise exhausted(earliest, now, ceiling, reason=reason, every_key_spent=every_key_spent)
 
     @contextmanager
     def ending(self, attempt: Attempt) -> Iterator[None]:

@@ -36,6 +36,20 @@ class SharedStart(NamedTuple):
     lease: str  # the attempt's lease in the shared state, to end it with
     learned: LearnedWindow | None = None  # the fleet's estimate for the admitted key's scope
     refilled: Refilled | None = None  # the counter only its refill had room in, fleet-wide
+    limited: int = 0  # when none was admitted: the candidates a declared window held
+
+
+class SharedWindow(NamedTuple):
+    """One declared window as the shared admission counts it: `need` is what one more
+    request needs left, `amount` what it counts; it rolls in slots of `width` seconds, or
+    (`ends` given, monotonic) is a calendar day that ends then."""
+
+    id: str
+    limit: int
+    need: int
+    amount: int
+    width: float
+    ends: float | None
 
 
 Refilled = Literal["requests", "tokens"]
@@ -113,6 +127,7 @@ class SharedObservations(Protocol):
         *,
         spread: bool,
         cost: int | None = None,
+        windows: Sequence[SharedWindow] = (),
     ) -> SharedStart | None: ...
 
     def end(self, attempt: SharedAttempt, *, served: bool) -> None: ...

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from .admission import Admission, Admitted, Attempt
 from .declared import DeclaredLimits
+from .refusals import Holds
 
 __all__ = ["Claim"]
 
@@ -25,6 +26,7 @@ class Claim:
         "earliest",
         "exclude",
         "excluded_free",
+        "holds",
         "lease",
         "limits",
         "now",
@@ -47,6 +49,7 @@ class Claim:
         self.deferred = deferred
         self.taken: tuple[str, Attempt] | None = None
         self.candidates: list[Admitted] = []
+        self.holds = Holds()  # why the keys the selection left out are held
         self.excluded_free = False
         self.now = self.earliest = 0.0
         self.ceiling = 0

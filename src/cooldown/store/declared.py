@@ -20,6 +20,8 @@ from itertools import islice
 from typing import Literal, NamedTuple, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .backend import SharedWindow
+
 __all__ = [
     "COUNTERS",
     "UNITS",
@@ -29,6 +31,7 @@ __all__ = [
     "WindowStatus",
     "day_zone",
     "declared_limits",
+    "shared_windows",
 ]
 
 Counter = Literal["requests", "tokens"]
@@ -183,6 +186,20 @@ class DeclaredWindows:
                 }
             )
         return shown
+
+
+def shared_windows(limits: DeclaredLimits, now: float, cost: int | None) -> list[SharedWindow]:
+    """The windows as the shared admission counts them for a request of `cost` at `now`."""
+    windows = []
+    for counter, unit, limit in limits.windows:
+        need = 1 if counter == "requests" or cost is None else cost
+        amount = 1 if counter == "requests" else (cost or 0)
+        ends = None
+        if unit == "day" and limits.zone is not None:
+            _, ends = _slot(unit, limits.zone, now, wall_offset())
+        width = UNIT_SECONDS[unit] / SLOTS
+        windows.append(SharedWindow(counter[0] + unit[0], limit, need, amount, width, ends))
+    return windows
 
 
 def _room_at(slots: _Slots | None, limit: int, need: int, now: float) -> float:

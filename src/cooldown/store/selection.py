@@ -329,6 +329,7 @@ class Selection(StoreParts):
                 self._capacity_rejections_total += 1
                 raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
             if claim is not None:
+                claim.holds = holds
                 claim.take(admitted, self._admission, current_time, earliest, ceiling)
             return free
 
