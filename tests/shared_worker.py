@@ -20,6 +20,7 @@ from cooldown import (
     ModelCooldown,
     NanoGPTKeyPool,
     NanoGPTKeyPoolExhausted,
+    Usage,
     classify_upstream_outcome,
     model_cooldown,
 )
@@ -96,7 +97,36 @@ def answer_dispatch(command: dict[str, Any]) -> Any:
     return {**dispatch.outcome, "keys": dispatch.keys}
 
 
+def spent_first_key(keys: list[str]) -> Any:
+    """A usage reader: the first key is out of credit, the others have plenty."""
+
+    def read(key: str) -> Usage:
+        return Usage(remaining=0 if key == keys[0] else 5, limit=5)
+
+    return read
+
+
+def quotas(command: dict[str, Any]) -> Any:
+    """Quotas beyond the minute: register with limits or a reader, read usage, dispatch."""
+    op = command["op"]
+    if op == "register_quotas":
+        usage = spent_first_key(command["keys"]) if command.get("usage") else None
+        CredentialPool.register(
+            command["provider"], keys=command["keys"], limits=command.get("limits"), usage=usage
+        )
+        return None
+    if op == "read_usage":
+        return CredentialPool.read_usage()
+    sent: list[str] = []
+    CredentialPool.dispatch(
+        command["provider"], lambda key: sent.append(key) or Answer(), model=command["model"]
+    )
+    return sent
+
+
 def handle(command: dict[str, Any], store: ModelCooldown) -> Any:
+    if command["op"] in ("register_quotas", "read_usage", "dispatch"):
+        return quotas(command)
     op = command.pop("op")
     if op == "hold_dispatch":
         return hold_dispatch(command)

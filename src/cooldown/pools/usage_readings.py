@@ -21,6 +21,7 @@ from ..config import CooldownSettings, settings, warn_once
 from ..evidence.quota import QUOTA_SPENT
 from ..evidence.usage import Usage, UsageReader
 from ..forksafe import new_lock
+from ..shared import share_when_configured
 from ..store import ModelCooldown
 from .legacy import LegacyRests
 
@@ -122,6 +123,7 @@ class UsageReadings:
         current = settings()
         if not current.enabled:
             return 0
+        share_when_configured(pool.store, current)  # the fleet's lease, and its reading
         current_time = time.monotonic() if now is None else now
         called = 0
         for provider, reader in list(self._readers.items()):
