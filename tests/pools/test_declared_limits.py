@@ -177,3 +177,12 @@ def test_flask_answers_the_declared_limit_with_a_429_saying_so(pool: CredentialP
     body = refused.get_json()
     assert body["error"] == "model_cooldown"
     assert "out of quota or at its declared limit" in body["message"]
+
+
+def test_a_dispatch_that_may_wait_waits_for_the_window_to_have_room(enabled: None) -> None:
+    pool = CredentialPool()
+    pool.register(P, keys=KEYS[:1], limits={"requests": {"second": 1}})
+    sent: list[str] = []
+    pool.dispatch(P, lambda key: sent.append(key) or Answer(), model="m")
+    pool.dispatch(P, lambda key: sent.append(key) or Answer(), model="m", wait=3)
+    assert sent == KEYS[:1] * 2  # the second a second after the first, not a 429
