@@ -6,13 +6,14 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from ..forksafe import new_lock
 from ..redisurl import Secret
+from .app_settings import app_setting, read_app_settings_with
 from .names import (
     ACCOUNTS_ENV,
     DEFAULT_FIRST_DELAY,
@@ -351,22 +352,6 @@ def apply_app_config(config: Mapping[str, object]) -> None:
                 warn_once(name, "%s differs between init_app calls; the later value stands")
             merged[position] = value
         _app_overrides = tuple(merged)
-
-
-_app_setting: list[Callable[[str], object]] = [lambda name: None]
-"""How a setting of the current app is read; `cooldown.web` installs Flask's (`app.config`
-inside an app context), so nothing below the web layer imports a framework."""
-
-
-def read_app_settings_with(reader: Callable[[str], object]) -> None:
-    """`cooldown.web`: read per-app settings (`MODEL_COOLDOWN_QUOTA_BUCKETS`) with `reader`."""
-    _app_setting[0] = reader
-
-
-def app_setting(name: str) -> object:
-    """A setting of the current app that is not a string (a mapping, say), read per call:
-    `None` outside an app, or where no reader is installed."""
-    return _app_setting[0](name)
 
 
 def enabled_unset() -> bool:

@@ -28,10 +28,10 @@ from .admission import Attempt, Order
 from .backend import SharedAttempt, Sharing
 from .claims import Claim
 from .declared import shared_windows
+from .lookup import gather
 from .parts import StoreParts
 from .refusals import exhausted
 from .scope import CallScope, call_scope
-from .selection import gather
 
 __all__ = ["Attempts", "ending_attempt"]
 

@@ -12,10 +12,11 @@ from .accounts import account_entries, checked_labels
 from .admission import Admission
 from .budget import DIGEST_SIZE
 from .declared import WindowStatus
+from .lookup import Lookup, gather
 from .parts import StoreParts
 from .quota_marks import held_by_quota
 from .scope import CallScope, call_scope
-from .selection import Lookup, Reason, gather
+from .selection import Reason
 
 __all__ = ["Inspection"]
 

@@ -8,104 +8,28 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, TypeAlias, TypeVar
 
 from ..arguments import (
-    bounded_max_seconds,
     check_cost,
-    finite_number,
-    require_keys,
-    resolve_now,
     retry_after,
 )
-from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..digests import PreparedHmac, credential_message
 from ..errors import CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
-from .accounts import account_entries, checked_labels
-from .admission import ORDERS, Admission, Admitted, Load, Order
-from .backend import Sharing, shared_releases
+from .accounts import account_entries
+from .admission import Admission, Admitted, Load, Order
 from .claims import Claim
-from .declared import DeclaredLimits
+from .lookup import Lookup, gather
 from .parts import StoreParts
 from .refusals import Holds, exhausted
 from .scope import CallScope, call_scope
 
-__all__ = [
-    "Lookup",
-    "Reason",
-    "Selection",
-    "admissible",
-    "exhausted",
-    "gather",
-    "scan",
-]
+__all__ = ["Reason", "Selection", "admissible", "scan"]
 
-_NO_LEGACY_RESTS: Mapping[str, float] = {}
-_NO_ACCOUNTS: Mapping[str, str] = {}
 _NO_LOAD: Load = (0.0, 0, 0.0)  # configured order: every key weighs the same
-
-Lookup: TypeAlias = tuple[
-    int,  # ceiling: the call's maximum, bounded
-    bytes,  # the provider's credential prefix
-    Sequence[str],  # keys
-    bytes | None,  # scope message
-    Mapping[str, float],  # legacy rests
-    float | None,  # the caller's `now`, checked
-    dict[str, tuple[float, float]],  # shared: key -> (credential-wide, scope) deadlines
-    float,  # shared: the overflow deadline
-    Mapping[str, str],  # key -> the label of the account it shares budgets with
-    DeclaredLimits | None,  # the windows declared for the provider
-]
-"""One selection-style call's checked arguments and the shared answer; a plain tuple, cheap
-on the hot path."""
 
 Reason: TypeAlias = Literal[
     "credential", "quota", "scope", "legacy", "probe", "budget", "limit", "capacity"
 ]
 """Why a key is not selectable: the observation that holds it longest (see `explain`)."""
 _Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
-
-
-def gather(
-    sharing: Sharing | None,
-    scope: CallScope,
-    keys: Sequence[str],
-    legacy_rest_until: Mapping[str, float] | None,
-) -> Lookup:
-    """Check the call's scope and keys, then ask the shared backend (before any lock)."""
-    if scope.order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}")
-    ceiling = bounded_max_seconds(scope.max_seconds)
-    prefix = credential_prefix(scope.provider)
-    keys = require_keys(keys)
-    message = scope_message(scope.model, scope.quota_bucket)
-    if legacy_rest_until is None:
-        legacy = _NO_LEGACY_RESTS
-    elif type(legacy_rest_until) is dict or isinstance(legacy_rest_until, Mapping):
-        legacy = legacy_rest_until  # a dict first: the pools pass one, and an ABC check is slow
-    else:
-        raise TypeError("legacy_rest_until must be a mapping of key to deadline")
-    for key in keys:  # every key, before any state is touched: a refused call changes nothing
-        if type(key) is not str:
-            raise TypeError("each key must be a str")
-        if key in legacy:
-            finite_number(legacy[key], "legacy_rest_until value")
-    grouped = _NO_ACCOUNTS if scope.accounts is None else checked_labels(scope.accounts)
-    given_now = None if scope.now is None else resolve_now(scope.now)
-    shared: dict[str, tuple[float, float]] = {}
-    shared_overflow = 0.0
-    if sharing is not None and keys:
-        shared, shared_overflow = shared_releases(
-            sharing, prefix, keys, message, resolve_now(given_now), ceiling
-        )
-    return (
-        ceiling,
-        prefix,
-        keys,
-        message,
-        legacy,
-        given_now,
-        shared,
-        shared_overflow,
-        grouped,
-        scope.limits,
-    )
 
 
 def scan(
