@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 from flask import Flask, Response
@@ -106,3 +107,40 @@ def test_store_state_holds_only_digests_and_numbers() -> None:
     assert all(len(entry) == 64 for entry in store._deadlines)
     assert all(isinstance(deadline, float) for deadline in store._deadlines.values())
     assert all(isinstance(deadline, float) for deadline in store._schedule._expiry)
+
+
+def test_declared_windows_and_readings_hold_no_key_or_model(
+    enabled: None,
+    caplog: pytest.LogCaptureFixture,
+    process: Callable[[], ModelCooldown],
+    redis_url: str,
+    prefix: str,
+) -> None:
+    import redis
+
+    from cooldown import Usage
+
+    pool = CredentialPool(store=process())
+    readings = {CRED_KEYS[0]: Usage(remaining=0, limit=5)}
+    pool.register(P, keys=CRED_KEYS, limits={"requests": {"minute": 1}}, usage=readings.get)
+    with caplog.at_level(logging.DEBUG):
+        pool.read_usage()
+        pool.dispatch(P, lambda key: Response("ok"), model=MODEL)
+        with pytest.raises(ModelCooldownExhausted) as refused:
+            pool.dispatch(P, lambda key: Response("ok"), model=MODEL)
+        status = pool.status(P, model=MODEL)
+    stored = redis.Redis.from_url(redis_url)
+    dump = "\n".join(
+        [
+            str(refused.value),
+            str(status),
+            repr(vars(pool.store._admission.declared)),
+            repr(vars(pool._usage)),
+            *(record.getMessage() for record in caplog.records),
+            *(repr(stored.dump(name)) for name in stored.scan_iter(f"{{{prefix}}}:*")),
+        ]
+    )
+    assert '"limits"' in dump.replace("'", '"')  # the windows were shown
+    for secret in [*CRED_KEYS, MODEL]:
+        assert secret not in dump
+        assert secret[:12] not in dump
