@@ -136,7 +136,8 @@ class UsageReadings:
                 called += 1
                 usage = self._call(provider, label, reader, key)
                 if usage is not None:
-                    self._apply(pool, provider, key, label, usage, current, current_time)
+                    self._keep(provider, label, usage, current_time)
+                    _apply(pool, provider, key, usage, current, current_time)
         return called
 
     def _take(self, provider: str, label: str, now: float, period: int) -> bool:
@@ -175,41 +176,11 @@ class UsageReadings:
         warn_once(provider, _FAILED)
         return None
 
-    def _apply(
-        self,
-        pool: _Pool,
-        provider: str,
-        key: str,
-        label: str,
-        usage: Usage,
-        current: CooldownSettings,
-        now: float,
-    ) -> None:
-        """Keep the reading; a spent one cools the key and its account for every model, one
-        with credit left lifts a spent quota's cooldown of them."""
+    def _keep(self, provider: str, label: str, usage: Usage, now: float) -> None:
         with self._lock:
             if len(self._readings) >= MOST_READINGS:
                 self._readings.clear()
             self._readings[(provider, label)] = _Reading(usage, now)
-        account = [key, *pool.siblings(provider, key)]
-        if usage.out:
-            for each in account:
-                deadline = pool.store.record(
-                    provider,
-                    each,
-                    QUOTA_SPENT,
-                    credential_wide_auth=True,
-                    retry_after_seconds=usage.resets_in,
-                    fallback_seconds=current.quota_seconds,
-                    max_seconds=current.max_seconds,
-                    now=now,
-                )
-                if deadline is not None:  # unscoped selection must see it too
-                    pool._legacy.rest(provider, each, deadline, now, keep_later=True)
-        elif usage.remaining is not None and usage.remaining > 0:
-            for each in account:
-                if pool.store.lift_quota(provider, each, now=now):
-                    pool._legacy.clear(provider, each)
 
     def status(self, provider: str, label: str, now: float) -> UsageStatus | None:
         """The key's last reading, or `None` before one."""
@@ -226,3 +197,29 @@ class UsageReadings:
             "resets_in": resets_in,
             "read_ago": int(ago),
         }
+
+
+def _apply(
+    pool: _Pool, provider: str, key: str, usage: Usage, current: CooldownSettings, now: float
+) -> None:
+    """A spent reading cools the key and its account for every model; one with credit left
+    lifts a spent quota's cooldown of them."""
+    account = [key, *pool.siblings(provider, key)]
+    if usage.out:
+        for each in account:
+            deadline = pool.store.record(
+                provider,
+                each,
+                QUOTA_SPENT,
+                credential_wide_auth=True,
+                retry_after_seconds=usage.resets_in,
+                fallback_seconds=current.quota_seconds,
+                max_seconds=current.max_seconds,
+                now=now,
+            )
+            if deadline is not None:  # unscoped selection must see it too
+                pool._legacy.rest(provider, each, deadline, now, keep_later=True)
+    elif usage.remaining is not None and usage.remaining > 0:
+        for each in account:
+            if pool.store.lift_quota(provider, each, now=now):
+                pool._legacy.clear(provider, each)

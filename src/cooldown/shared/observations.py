@@ -26,11 +26,11 @@ from ..config import (
 from ..evidence.learn import LearnedWindow
 from ..store.backend import (
     FLEET_COUNTERS,
+    AdmissionTerms,
     Announced,
     Refilled,
     SharedAttempt,
     SharedStart,
-    SharedWindow,
 )
 from ..store.foreign import FOREIGN_PER_PROVIDER
 from . import scripts as shared_scripts
@@ -158,10 +158,7 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
         now: float,
         max_seconds: int,
         lease_until: float,
-        *,
-        spread: bool,
-        cost: int | None = None,
-        windows: Sequence[SharedWindow] = (),
+        terms: AdmissionTerms,
     ) -> SharedStart | None:
         """Admit one of `candidates` ((credential id, entry id, owner id: the entry's or its
         account's), in order) for every process at once: in-flight counts and costs, the probe
@@ -189,14 +186,14 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
             *self._window(now, max_seconds),
             self._to_wall_ms(lease_until),
             lease,
-            "1" if spread else "0",
-            "" if cost is None else cost,
-            windows_argument(windows, self._to_wall_ms),
+            "1" if terms.spread else "0",
+            "" if terms.cost is None else terms.cost,
+            windows_argument(terms.windows, self._to_wall_ms),
             *itertools.chain.from_iterable(candidates),
         ]
         if self._unreleased:
             self._release_missed_ends(now, max_seconds)
-        keys = [*self._keys, *self._declared_keys] if windows else self._keys
+        keys = [*self._keys, *self._declared_keys] if terms.windows else self._keys
         return self._call(now, "start", keys, args, read)
 
     def _release_missed_ends(self, now: float, max_seconds: int) -> None:

@@ -25,7 +25,7 @@ from ..digests import (
 from ..errors import ModelCooldownCapacity
 from .accounts import account_entries
 from .admission import Attempt, Order
-from .backend import SharedAttempt, Sharing
+from .backend import AdmissionTerms, SharedAttempt, Sharing
 from .claims import Claim
 from .declared import shared_windows
 from .lookup import gather
@@ -151,9 +151,8 @@ class Attempts(StoreParts):
             entry = credential + scope_id
             ids.append((credential.hex(), entry.hex(), owners.get(key, entry).hex()))
         windows = () if claim.limits is None else shared_windows(claim.limits, now, claim.cost)
-        answer = sharing.backend.start(
-            ids, now, ceiling, now + claim.lease, spread=spread, cost=claim.cost, windows=windows
-        )
+        terms = AdmissionTerms(spread, claim.cost, windows)
+        answer = sharing.backend.start(ids, now, ceiling, now + claim.lease, terms)
         if answer is None:
             return False, None
         if answer.position is not None:

@@ -52,6 +52,15 @@ class SharedWindow(NamedTuple):
     ends: float | None
 
 
+class AdmissionTerms(NamedTuple):
+    """How a shared admission chooses and what it counts: spread order or configured, the
+    request's cost in tokens (`None`: unknown), the windows declared for its provider."""
+
+    spread: bool
+    cost: int | None = None
+    windows: Sequence[SharedWindow] = ()
+
+
 Refilled = Literal["requests", "tokens"]
 """A counter an attempt was admitted by only because it refills continuously: its owner's
 last answer showed it at 0 or short, and only the refill since gave it room."""
@@ -124,10 +133,7 @@ class SharedObservations(Protocol):
         now: float,
         max_seconds: int,
         lease_until: float,
-        *,
-        spread: bool,
-        cost: int | None = None,
-        windows: Sequence[SharedWindow] = (),
+        terms: AdmissionTerms,
     ) -> SharedStart | None: ...
 
     def end(self, attempt: SharedAttempt, *, served: bool) -> None: ...
