@@ -30,6 +30,7 @@ from .dispatching import steps_for
 from .key_status import PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
+from .request import Request
 from .rotation import arotate, in_thread, refuse_coroutine_function, rotate
 from .usage_readings import UsageReadings
 from .waiting import Wait, checked_wait, step_threads, wait_threads
@@ -243,8 +244,7 @@ class CredentialPool(KeyRecording, PoolActions):
         - `wait`: seconds to wait for a free key before the 429.
         """
         refuse_coroutine_function(send)
-        steps = steps_for(
-            self,
+        request = Request(
             provider,
             model,
             quota_bucket,
@@ -257,6 +257,7 @@ class CredentialPool(KeyRecording, PoolActions):
             cost,
             Wait(checked_wait(wait)),
         )
+        steps = steps_for(self, request)
         try:
             return rotate(steps, send)
         except ModelCooldownExhausted:
@@ -289,9 +290,7 @@ class CredentialPool(KeyRecording, PoolActions):
         """
         seconds = checked_wait(wait)
         gone = threading.Event()  # set when this caller is cancelled: its waiter leaves
-        build = functools.partial(
-            steps_for,
-            self,
+        request = Request(
             provider,
             model,
             quota_bucket,
@@ -304,6 +303,7 @@ class CredentialPool(KeyRecording, PoolActions):
             cost,
             Wait(seconds, gone),
         )
+        build = functools.partial(steps_for, self, request)
         offload = (
             seconds > 0
             or self.store.shared is not None

@@ -7,7 +7,7 @@ The legacy path (feature off, or no model) keeps the plain rotation loop with no
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ..arguments import check_cost, resolve_now, usable_advice
@@ -15,7 +15,6 @@ from ..config import LARGEST_MAX_SECONDS, CooldownSettings, warn_once
 from ..digests import scope_message
 from ..errors import ModelCooldownExhausted
 from ..evidence.advice import (
-    QuotaBuckets,
     RecordingContext,
     SelectionScope,
     recording_context,
@@ -24,12 +23,12 @@ from ..evidence.advice import (
 from ..evidence.answers import Answer
 from ..evidence.quota import QUOTA_SPENT, QuotaSpent, sdk_quota_spent
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
-from ..store import Attempt, CallScope, Order
+from ..store import Attempt, CallScope
 from ..store.refills import Refill, RefillSetting
 from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
 from .recording import KeyRecording
+from .request import Request
 from .rotation import Steps, check_rotate_on, rotation
-from .waiting import NO_WAIT, Wait
 
 __all__ = ["steps_for"]
 
@@ -119,30 +118,16 @@ def _keyed(key: str | None) -> tuple[str, None] | None:
     return None if key is None else (key, None)
 
 
-def steps_for(
-    pool: KeyRecording,
-    provider: str,
-    model: str | None,
-    quota_bucket: str | None,
-    affinity: str | None,
-    quota_buckets: QuotaBuckets | None,
-    now: float | None,
-    order: Order,
-    rotate_on: Iterable[int],
-    advice: object,
-    cost: object = None,
-    wait: Wait = NO_WAIT,
-) -> Steps:
+def steps_for(pool: KeyRecording, request: Request) -> Steps:
     """The loop's steps for one dispatch; its arguments checked before anything is sent."""
-    rotate_on = check_rotate_on(rotate_on)
-    advice = check_advice(advice)
-    checked_cost = check_cost(cost)
-    scope = selection_scope(provider, model, quota_buckets=quota_buckets)
-    if quota_bucket is not None and scope:
-        scope["quota_bucket"] = quota_bucket
+    provider, now, affinity = request.provider, request.now, request.affinity
+    rotate_on = check_rotate_on(request.rotate_on)
+    advice = check_advice(request.advice)
+    request = request._replace(cost=check_cost(request.cost))
+    scope = selection_scope(provider, request.model, quota_buckets=request.quota_buckets)
+    if request.quota_bucket is not None and scope:
+        scope["quota_bucket"] = request.quota_bucket
     current = scoped_settings(pool.store, scope.get("model"), scope.get("quota_bucket"), provider)
-    if current is not None:
-        pool._usage.start(pool)  # first use: its usage readers, if any, begin reading
     if current is None:
         return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
             first=lambda: _keyed(pool.select(provider, affinity=affinity, now=now, **scope)),
@@ -164,9 +149,8 @@ def steps_for(
             retried=lambda: warn_sdk_retries(provider),
             read=evidence_reader(provider, advice),
         )
-    dispatch = _ScopedDispatch(
-        pool, provider, scope, affinity, order, now, current, checked_cost, wait
-    )
+    pool._usage.start(pool)  # first use: its usage readers, if any, begin reading
+    dispatch = _ScopedDispatch(pool, request, scope, current)
     return rotation(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
@@ -186,28 +170,24 @@ class _ScopedDispatch:
     def __init__(
         self,
         pool: KeyRecording,
-        provider: str,
+        request: Request,
         scope: SelectionScope,
-        affinity: str | None,
-        order: Order,
-        now: float | None,
         current: CooldownSettings,
-        cost: int | None,
-        wait: Wait,
     ) -> None:
         self.pool, self.current = pool, current
-        self.wait_until = time.monotonic() + wait.seconds  # monotonic: until when it may wait
-        self.gone = wait.gone  # set when an adispatch's caller is gone
+        provider, now = request.provider, request.now
+        self.wait_until = time.monotonic() + request.wait.seconds  # until when it may wait
+        self.gone = request.wait.gone  # set when an adispatch's caller is gone
         self.store, self.learner = pool.store, pool._learner
-        self.affinity = check_affinity(affinity)
+        self.affinity = check_affinity(request.affinity)
         self.scope = CallScope(  # its accounts are read with the keys, at each admission
             provider,
             scope.get("model"),
             scope.get("quota_bucket"),
             now,
             current.max_seconds,
-            order="configured" if self.affinity is not None else order,
-            cost=cost,
+            order="configured" if self.affinity is not None else request.order,
+            cost=check_cost(request.cost),
             limits=pool.declared_limits(provider),
         )
         self.fixed: RefillSetting = pool._refill.get(provider, "auto")
