@@ -238,3 +238,21 @@ def test_a_usage_refuses_what_no_api_means(fields: dict[str, Any], error: type) 
 def test_register_refuses_a_reader_that_cannot_be_called() -> None:
     with pytest.raises(TypeError):
         CredentialPool().register(P, keys=KEYS, usage="https://openrouter.ai")  # type: ignore[arg-type]
+
+
+def test_every_worker_shows_the_fleets_last_reading(
+    enabled: None, pools: list[CredentialPool], process: Callable[[], ModelCooldown]
+) -> None:
+    workers = []
+    for _ in range(2):
+        worker = CredentialPool(store=process())
+        worker.register(P, keys=KEYS, usage=Reader(first=Usage(remaining=0, limit=10)))
+        pools.append(worker)
+        workers.append(worker)
+    assert workers[0].read_usage() == 2
+    rows = workers[1].status(P, model="m")["keys"]  # it read nothing itself
+    assert rows[0]["usage"] is not None
+    assert rows[0]["usage"]["remaining"] == 0
+    assert rows[0]["usage"]["limit"] == 10
+    assert rows[0]["reason"] == "quota"
+    assert rows[1]["usage"] is None  # the reader knew nothing of the second key

@@ -170,7 +170,7 @@ def keys_status(
         if counted is not None:
             row["limits"] = counted[position]
         if usage is not None and usage.has_reader(provider):
-            row["usage"] = usage.status(provider, row["label"], now)
+            row["usage"] = usage.status(store, provider, key, now)
     return status
 
 

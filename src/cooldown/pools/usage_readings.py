@@ -15,7 +15,7 @@ import math
 import os
 import threading
 import time
-from typing import NamedTuple, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
 from ..config import CooldownSettings, settings, warn_once
 from ..evidence.quota import QUOTA_SPENT
@@ -23,6 +23,7 @@ from ..evidence.usage import Usage, UsageReader
 from ..forksafe import new_lock
 from ..shared import share_when_configured
 from ..store import ModelCooldown
+from ..store.backend import Reading
 from .legacy import LegacyRests
 
 __all__ = ["READ_TIMEOUT_SECONDS", "UsageReadings", "UsageStatus"]
@@ -45,11 +46,6 @@ class UsageStatus(TypedDict):
     read_ago: int  # seconds since the reading
 
 
-class _Reading(NamedTuple):
-    usage: Usage
-    read_at: float  # monotonic
-
-
 class _Pool(Protocol):
     """What the readings need of the pool they belong to."""
 
@@ -67,7 +63,7 @@ class UsageReadings:
     def __init__(self) -> None:
         self._lock = new_lock(self)
         self._readers: dict[str, UsageReader] = {}
-        self._readings: dict[tuple[str, str], _Reading] = {}  # (provider, key label)
+        self._readings: dict[tuple[str, str], Reading] = {}  # (provider, key label)
         self._due: dict[tuple[str, str], float] = {}  # the next reading, monotonic
         self._out: set[tuple[str, str]] = set()  # calls still running (a hung reader's)
         self._thread: threading.Thread | None = None
@@ -136,7 +132,8 @@ class UsageReadings:
                 called += 1
                 usage = self._call(provider, label, reader, key)
                 if usage is not None:
-                    self._keep(provider, label, usage, current_time)
+                    reading = self._keep(provider, label, usage, current_time)
+                    pool.store.share_reading(provider, key, reading)
                     _apply(pool, provider, key, usage, current, current_time)
         return called
 
@@ -176,26 +173,33 @@ class UsageReadings:
         warn_once(provider, _FAILED)
         return None
 
-    def _keep(self, provider: str, label: str, usage: Usage, now: float) -> None:
+    def _keep(self, provider: str, label: str, usage: Usage, now: float) -> Reading:
+        resets_at = None if usage.resets_in is None else now + usage.resets_in
+        reading = Reading(usage.remaining, usage.limit, resets_at, now)
         with self._lock:
             if len(self._readings) >= MOST_READINGS:
                 self._readings.clear()
-            self._readings[(provider, label)] = _Reading(usage, now)
+            self._readings[(provider, label)] = reading
+        return reading
 
-    def status(self, provider: str, label: str, now: float) -> UsageStatus | None:
-        """The key's last reading, or `None` before one."""
-        reading = self._readings.get((provider, label))
+    def status(
+        self, store: ModelCooldown, provider: str, key: str, now: float
+    ) -> UsageStatus | None:
+        """The key's last reading (this worker's, else the fleet's), or `None` before one."""
+        reading = self._readings.get((provider, store.label(provider, key)))
+        shared = store.fleet_reading(provider, key, now=now)
+        if reading is None or (shared is not None and shared.read_at > reading.read_at):
+            reading = shared
         if reading is None:
             return None
-        usage, ago = reading.usage, max(0.0, now - reading.read_at)
         resets_in = None
-        if usage.resets_in is not None:
-            resets_in = math.ceil(max(0.0, usage.resets_in - ago))
+        if reading.resets_at is not None:
+            resets_in = math.ceil(max(0.0, reading.resets_at - now))
         return {
-            "remaining": usage.remaining,
-            "limit": usage.limit,
+            "remaining": reading.remaining,
+            "limit": reading.limit,
             "resets_in": resets_in,
-            "read_ago": int(ago),
+            "read_ago": int(max(0.0, now - reading.read_at)),
         }
 
 

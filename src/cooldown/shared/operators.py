@@ -3,6 +3,7 @@ fleet's learned refill readings are read with them, in the same round trip."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..forksafe import new_lock
-from ..store.backend import OperatorMarks
+from ..store.backend import OperatorMarks, Reading
 from .scripts import KEY_NAMES
 
 __all__ = [
@@ -35,6 +36,8 @@ REFILLS_KEY = "refill-readings"
 scope's) -> how its limits refill, as learned ("window" or "continuous")."""
 REFILL_READINGS = frozenset({"window", "continuous"})
 MOST_REFILL_READINGS = 10000
+MOST_READINGS = 10000
+"""Usage readings kept in `{prefix}:usage-readings`; beyond it the hash starts over."""
 
 CLEARS_KEPT_SECONDS = 86400
 """How long a clear stays in `{prefix}:cleared` for the processes' own state to follow."""
@@ -62,10 +65,47 @@ class SharedKeyActions:
         self._cleared_key = self._keys[KEY_NAMES.index("cleared")]
         self._refills_key = f"{{{prefix}}}:{REFILLS_KEY}"
         self._lease_prefix = f"{{{prefix}}}:lease:"
+        self._readings_key = f"{{{prefix}}}:usage-readings"
         self._drains_read: tuple[float, OperatorMarks | None] = (-math.inf, None)
         self._drains_lock = new_lock(self, "_drains_lock")
         self._pending: dict[tuple[str, str], _Act] = {}  # (kind, credential id) -> the last
         self._retrying: threading.Thread | None = None
+
+    def keep_reading(self, credential: str, reading: Reading, now: float) -> None:
+        """`{prefix}:usage-readings`, credential id -> the reading as JSON, wall ms; at most
+        as many as the drains (beyond it, the whole hash starts over)."""
+        wall = self._to_wall_ms
+        resets_at = None if reading.resets_at is None else wall(reading.resets_at)
+        text = json.dumps([reading.remaining, reading.limit, resets_at, wall(reading.read_at)])
+
+        def write() -> Any:
+            client = self._connected()
+            if client.hlen(self._readings_key) >= MOST_READINGS:
+                client.delete(self._readings_key)
+            return client.hset(self._readings_key, credential, text)
+
+        self._call_with(now, write, lambda answer: answer)
+
+    def reading(self, credential: str, now: float) -> Reading | None:
+        """The fleet's last reading of the credential; junk (Redis is shared) is none."""
+
+        def read(answer: Any) -> Reading | None:
+            try:
+                remaining, limit, resets_at, read_at = json.loads(answer)
+                for number in (remaining, limit):
+                    if number is not None and not (
+                        isinstance(number, (int, float)) and 0 <= number < math.inf
+                    ):
+                        return None
+                resets = None if resets_at is None else self._to_monotonic(resets_at)
+                return Reading(remaining, limit, resets, self._to_monotonic(read_at))
+            except (TypeError, ValueError):  # none, or junk: Redis is shared with others
+                return None
+
+        found: Reading | None = self._call_with(
+            now, lambda: self._connected().hget(self._readings_key, credential), read
+        )
+        return found
 
     def take_lease(self, name: str, seconds: float, now: float) -> bool | None:
         """`{prefix}:lease:<name>` for `seconds`, unless another process holds it (one worker

@@ -52,6 +52,16 @@ class SharedWindow(NamedTuple):
     ends: float | None
 
 
+class Reading(NamedTuple):
+    """A usage reading as workers share it: credit left and its limit (`None`: not known),
+    when it resets and when it was read (monotonic; `None`: no reset said)."""
+
+    remaining: float | None
+    limit: float | None
+    resets_at: float | None
+    read_at: float
+
+
 class AdmissionTerms(NamedTuple):
     """How a shared admission chooses and what it counts: spread order or configured, the
     request's cost in tokens (`None`: unknown), the windows declared for its provider."""
@@ -155,6 +165,12 @@ class SharedObservations(Protocol):
     def quota_marks(self, now: float) -> dict[str, float] | None: ...
 
     def forget_quota(self, credential: str, now: float) -> None: ...
+
+    def keep_reading(self, credential: str, reading: Reading, now: float) -> None:
+        """Keep a usage reading of the credential for every worker's status."""
+
+    def reading(self, credential: str, now: float) -> Reading | None:
+        """The fleet's last usage reading of the credential, if any."""
 
     def take_lease(self, name: str, seconds: float, now: float) -> bool | None:
         """Take the fleet's lease `name` (a hex id) for `seconds` unless another process

@@ -17,7 +17,7 @@ from ..digests import (
     label_message,
     scope_message,
 )
-from .backend import Sharing
+from .backend import Reading, Sharing
 from .budget import DIGEST_SIZE
 from .parts import StoreParts
 from .quota_marks import held_by_quota
@@ -162,6 +162,21 @@ class KeyActions(StoreParts):
         if lifted:
             self._waiters.notify()
         return lifted
+
+    def share_reading(self, provider: str, key: str, reading: Reading) -> None:
+        """A usage reading of the key, for every worker's status (with sharing)."""
+        sharing = self._shared
+        if sharing is not None:
+            message = credential_message(credential_prefix(provider), require_str(key, "key"))
+            sharing.backend.keep_reading(sharing.digest(message).hex(), reading, reading.read_at)
+
+    def fleet_reading(self, provider: str, key: str, *, now: float | None = None) -> Reading | None:
+        """The last usage reading of the key any worker shared; `None` without sharing."""
+        sharing = self._shared
+        if sharing is None:
+            return None
+        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        return sharing.backend.reading(sharing.digest(message).hex(), resolve_now(now))
 
     def take_usage_lease(
         self, provider: str, key: str, seconds: float, *, now: float | None = None
