@@ -29,6 +29,8 @@ class ProviderSetting(Generic[_Value]):
         self._app: str | None = None
         self._parsed = lru_cache(maxsize=16)(self._parse)
         self._check = check
+        encode = getattr(os.environ, "encodekey", None)
+        self._encoded = None if encode is None else encode(name)
 
     def apply_app(self, config: Mapping[str, object]) -> None:
         """`init_app`: the app's value (a mapping, or its JSON) overrides the variable."""
@@ -45,11 +47,23 @@ class ProviderSetting(Generic[_Value]):
         self._app = None
 
     def get(self, provider: str) -> _Value | None:
-        """This provider's value, or `None` (unset, absent or malformed)."""
-        raw = self._app or os.environ.get(self._name) or ""
+        """This provider's value, or `None` (unset, absent or malformed). Read on every
+        dispatch: the environment's own bytes are looked up (no encoding, no `KeyError`),
+        and parsed once per value."""
+        raw: str | bytes | None = self._app
+        if raw is None:
+            data = getattr(os.environ, "_data", None)
+            if isinstance(data, dict) and self._encoded is not None:
+                raw = data.get(self._encoded)
+            else:
+                raw = os.environ.get(self._name)
+        if not raw:
+            return None
         return self._parsed(raw).get(provider)
 
-    def _parse(self, raw: str) -> dict[str, _Value]:
+    def _parse(self, raw: str | bytes) -> dict[str, _Value]:
+        if isinstance(raw, bytes):
+            raw = os.fsdecode(raw)
         if not raw.strip():
             return {}
         try:

@@ -30,7 +30,7 @@ from .claims import Claim
 from .declared import shared_windows
 from .lookup import gather
 from .parts import StoreParts
-from .refusals import exhausted
+from .refusals import Holds, exhausted
 from .scope import CallScope, call_scope
 
 __all__ = ["Attempts", "ending_attempt"]
@@ -187,7 +187,7 @@ class Attempts(StoreParts):
             raise ModelCooldownCapacity(retry_after(answer.overflow, now, ceiling))
         if claim.excluded_free:  # the free keys left were all tried: the last answer stands
             return True, None
-        holds = claim.holds
+        holds = claim.holds or Holds()
         holds.limited += answer.limited
         holds.other += len(answer.holds) - answer.limited
         reason, every_key_spent = holds.reason(self._quota)

@@ -49,7 +49,7 @@ class Claim:
         self.deferred = deferred
         self.taken: tuple[str, Attempt] | None = None
         self.candidates: list[Admitted] = []
-        self.holds = Holds()  # why the keys the selection left out are held
+        self.holds: Holds | None = None  # why the keys the selection left out are held
         self.excluded_free = False
         self.now = self.earliest = 0.0
         self.ceiling = 0

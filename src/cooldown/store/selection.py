@@ -72,16 +72,15 @@ def admissible(
     spread: bool,
     stop_at_free_outside: Collection[str] | None = None,
     cost: int | None = None,
-    holds: Holds | None = None,
-) -> tuple[list[Admitted], float, bool]:
+) -> tuple[list[Admitted], float, bool, Holds | None]:
     """The keys a dispatch may use now, as (key, credential digest, entry, account entry),
     in the order asked for; the earliest moment another key is free (a release, a
     budget's reset, or one second for a probe in flight); and whether a key is held only
     while attempts of this process are in flight on it (their ends may free it sooner). In
     configured order, `stop_at_free_outside` ends the scan at the first free key not in it:
     a dispatch needs no more. `cost` is the request's tokens, held against each key's (or
-    its account's) token budget and the `limits` declared for it; `holds` counts why the
-    keys that are not free are held."""
+    its account's) token budget and the `limits` declared for it; and, once a key is not
+    free, why each such key is held (`Holds`)."""
     ceiling, prefix, keys, scope, legacy, _, _, _, labels, limits = lookup
     assert scope is not None  # dispatch admits on the scoped path only
     scope_digest = digest(scope)
@@ -103,6 +102,7 @@ def admissible(
     free: list[tuple[Load, int, str, bytes, bytes, bytes | None]] = []
     earliest = math.inf
     awaited = False
+    holds: Holds | None = None
     for position, key in enumerate(keys):
         if digested:
             credential, entry = digested[position]
@@ -136,13 +136,14 @@ def admissible(
             continue
         if release < earliest:
             earliest = release
-        if holds is not None:
-            holds.held(credential, release, deadlines, limited=limited)
+        if holds is None:
+            holds = Holds()
+        holds.held(credential, release, deadlines, limited=limited)
     if spread:
         free.sort()  # by load, then configured position (unique: nothing after it compares)
     elif oversize:  # by weight: minus the key's token limit
         free.sort(key=lambda item: (item[0][0], item[1]))
-    return [item[2:] for item in free], earliest, awaited
+    return [item[2:] for item in free], earliest, awaited, holds
 
 
 class Selection(StoreParts):
@@ -204,19 +205,19 @@ class Selection(StoreParts):
         cost: int | None,
     ) -> list[str]:
         ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow, *_ = lookup
-        holds = Holds()
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
             admitted: list[Admitted] = []
             awaited = False
+            holds: Holds | None = None
             if scope is not None:  # in any order: a probe out or a spent budget holds a key
                 stop_at_free_outside: Collection[str] | None = None
                 if claim is not None and not spread:
                     stop_at_free_outside = claim.first_free_outside()
                 elif mode == "select" and not spread:
                     stop_at_free_outside = ()
-                admitted, earliest, awaited = admissible(
+                admitted, earliest, awaited, holds = admissible(
                     self._deadlines,
                     self._digest,
                     self._admission,
@@ -225,7 +226,6 @@ class Selection(StoreParts):
                     spread=spread,
                     stop_at_free_outside=stop_at_free_outside,
                     cost=cost,
-                    holds=holds,
                 )
                 free = [key for key, _, _, _ in admitted]
             else:
@@ -239,7 +239,7 @@ class Selection(StoreParts):
                     first_only=mode == "select",
                 )
             if keys and not free and mode != "available":
-                reason, spent = holds.reason(self._quota)
+                reason, spent = (holds or Holds()).reason(self._quota)
                 raise exhausted(
                     earliest,
                     current_time,
