@@ -181,17 +181,9 @@ def store_evidence(
     """
     if sent_at is not None:  # refused before the learner hears of the answer
         resolve_now(sent_at, "sent_at")
-    if current.learn != "off" and not foreign:
-        fallback_seconds = _learned_fallback(
-            learner,
-            scope.provider,
-            key,
-            evidence.outcome,
-            scope_message(scope.model, scope.quota_bucket),
-            advice=retry_after_seconds,
-            fallback=fallback_seconds,
-            current=current,
-            now=resolve_now(scope.now),
+    if not foreign:
+        fallback_seconds = evidence.learned_fallback(
+            learner, scope, key, retry_after_seconds, current, fallback_seconds
         )
     return store.record(
         scope.provider,
@@ -289,6 +281,32 @@ class CheckedEvidence(NamedTuple):
     @property
     def quota_spent(self) -> bool:
         return self.outcome.reason == QUOTA_SPENT.reason
+
+    def learned_fallback(
+        self,
+        learner: WindowLearner,
+        scope: CallScope,
+        key: str,
+        advice: float | None,
+        current: CooldownSettings,
+        fallback: float,
+    ) -> float:
+        """The cooldown to record when the answer advises none: the learned window where
+        learning applies (the learner hears of every answer while it is on), else
+        `fallback`."""
+        if current.learn == "off":
+            return fallback
+        return _learned_fallback(
+            learner,
+            scope.provider,
+            key,
+            self.outcome,
+            scope_message(scope.model, scope.quota_bucket),
+            advice=advice,
+            fallback=fallback,
+            current=current,
+            now=resolve_now(scope.now),
+        )
 
     def fallback(self, current: CooldownSettings, *, rejected: float, otherwise: float) -> float:
         """The cooldown when the answer advised none: a spent quota's setting, an auth

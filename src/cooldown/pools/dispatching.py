@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from ..arguments import check_cost, resolve_now, usable_advice
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, warn_once
@@ -25,8 +25,9 @@ from ..evidence.quota import QUOTA_SPENT, QuotaSpent, sdk_quota_spent
 from ..evidence.ratelimit import request_budget, requests_remaining, token_budget
 from ..store import Attempt, CallScope
 from ..store.refills import Refill, RefillSetting
+from ..store.verdict import Verdict
 from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
-from .recording import KeyRecording
+from .recording import AUTH_REST_SECONDS, THROTTLE_REST_SECONDS, KeyRecording
 from .request import Request
 from .rotation import Steps, check_rotate_on, rotation
 
@@ -123,7 +124,7 @@ def steps_for(pool: KeyRecording, request: Request) -> Steps:
     provider, now, affinity = request.provider, request.now, request.affinity
     rotate_on = check_rotate_on(request.rotate_on)
     advice = check_advice(request.advice)
-    request = request._replace(cost=check_cost(request.cost))
+    check_cost(request.cost)  # before anything is sent, whichever path
     scope = selection_scope(provider, request.model, quota_buckets=request.quota_buckets)
     if request.quota_bucket is not None and scope:
         scope["quota_bucket"] = request.quota_bucket
@@ -155,9 +156,7 @@ def steps_for(pool: KeyRecording, request: Request) -> Steps:
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
         record=dispatch.record,
-        finish=lambda admitted, served, answered: pool.store.finish(
-            admitted[1], served=served, answered=answered
-        ),
+        finish=dispatch.finish,
         rotate_on=rotate_on,
         retried=lambda: warn_sdk_retries(provider),
         read=evidence_reader(provider, advice),
@@ -190,6 +189,7 @@ class _ScopedDispatch:
             cost=check_cost(request.cost),
             limits=pool.declared_limits(provider),
         )
+        self.verdicts: dict[int, Verdict] = {}  # by attempt token: read, not yet settled
         self.fixed: RefillSetting = pool._refill.get(provider, "auto")
         self.refill: Refill = (
             self.store.refill_reading(provider, self.scope.model, self.scope.quota_bucket, now=now)
@@ -254,37 +254,80 @@ class _ScopedDispatch:
     def record(
         self, admitted: tuple[str, Attempt], answer: Answer, evidence: RecordingContext
     ) -> None:
-        """Record the answer as of the attempt's start; keep the budget its headers announce.
-        With shared state, these writes go with the attempt's end, in one round trip."""
+        """Read the answer once into the attempt's verdict; `finish` settles it with the store
+        (as of the attempt's start, with the budgets its headers announce: with shared state,
+        in one round trip with the attempt's release)."""
         key, attempt = admitted
+        refill = None
         if self.fixed == "auto" and attempt.refilled is not None:
-            self._learn_refill(attempt, answer)
+            refill = self._refill_lesson(attempt, answer)
         checked = CheckedEvidence.from_call(
             answer.status, evidence.get("outcome"), evidence.get("credential_wide_auth")
         )
         advice = evidence.get("retry_after_seconds")
-        if attempt.shared is None:
-            self._record(key, attempt, answer, checked, advice)
-        else:
-            with self.store.ending(attempt):
-                self._record(key, attempt, answer, checked, advice)
-                attempt.shared.learned = self.learner.export(
-                    self.scope.provider, key, self._scope_message()
-                )
+        # A budget is kept as of its request's start, so a reset given as a moment (a date,
+        # a Unix time) is read from then: read from now, it would end early by the latency.
+        elapsed = max(0.0, resolve_now(self.scope.now) - attempt.started)
+        received_at = time.time() - elapsed
+        tokens = token_budget(answer.headers, received_at) if answer.headers else None
+        requests = request_budget(answer.headers, received_at) if answer.headers else None
+        scope, current = self.scope, self.current
+        fallback = checked.learned_fallback(
+            self.learner,
+            scope,
+            key,
+            advice,
+            current,
+            checked.fallback(current, rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS),
+        )
+        cools_siblings = checked.quota_spent or checked.outcome.credential_health == "throttled"
+        shortfall = tokens is not None and self._token_shortfall(answer, tokens[0])
+        self.verdicts[attempt.token] = Verdict(
+            scope,
+            key,
+            checked.outcome,
+            checked.credential_wide_auth,
+            advice,
+            fallback,
+            None if requests is None else self._announced(requests),
+            None if tokens is None else self._announced(tokens),
+            shortfall,
+            tuple(self.pool.siblings(scope.provider, key)) if cools_siblings else (),
+            refill,
+            self.learner.export(scope.provider, key, self._scope_message())
+            if attempt.shared is not None
+            else None,
+        )
 
-    def _learn_refill(self, attempt: Attempt, answer: Answer) -> None:
+    def finish(self, admitted: tuple[str, Attempt], served: bool, answered: bool) -> None:
+        """Settle the attempt with the store in one call; then mirror into the pool's legacy
+        rests what unscoped selection must see (a genuine auth rejection, a spent quota)."""
+        attempt = admitted[1]
+        verdict = self.verdicts.pop(attempt.token, None)
+        deadline = self.store.settle(attempt, verdict, served=served, answered=answered)
+        if verdict is not None and deadline is not None:
+            self.pool._mirror_legacy(verdict, deadline)
+
+    def _announced(self, announced: tuple[int, float, int | None]) -> tuple[int, float, int | None]:
+        """A budget as kept: its reset capped at the maximum; its limit dropped once the
+        provider is known to refill in windows (it comes back at the reset, not meanwhile)."""
+        remaining, reset, limit = announced
+        return (
+            remaining,
+            min(reset, self.current.max_seconds),
+            None if self.refill == "window" else limit,
+        )
+
+    def _refill_lesson(self, attempt: Attempt, answer: Answer) -> Refill | None:
         """An attempt only the refill admitted: answered 429 with that counter spent again,
         the provider refills in windows (one such 429 teaches it, and from this answer on its
         budgets are kept without their limit: they hold until the reset); served, it refills
         as announced."""
         scope = self.scope
         if 200 <= answer.status < 300:
-            self.store.learn_refill(
-                scope.provider, scope.model, scope.quota_bucket, "continuous", now=scope.now
-            )
-            return
+            return "continuous"
         if answer.status != 429 or not answer.headers or self.refill == "window":
-            return
+            return None
         if attempt.refilled == "requests":
             spent = requests_remaining(answer.headers) == 0
         else:
@@ -292,53 +335,8 @@ class _ScopedDispatch:
             spent = tokens is not None and tokens[0] < (scope.cost or 1)
         if spent:
             self.refill = "window"
-            self.store.learn_refill(
-                scope.provider, scope.model, scope.quota_bucket, "window", now=scope.now
-            )
-
-    def _record(
-        self,
-        key: str,
-        attempt: Attempt,
-        answer: Answer,
-        checked: CheckedEvidence,
-        advice: float | None,
-    ) -> None:
-        # A budget is kept as of its request's start, so a reset given as a moment (a date,
-        # a Unix time) is read from then: read from now, it would end early by the latency.
-        elapsed = max(0.0, resolve_now(self.scope.now) - attempt.started)
-        received_at = time.time() - elapsed
-        tokens = token_budget(answer.headers, received_at) if answer.headers else None
-        if tokens is not None:
-            self._keep("tokens", key, tokens, attempt)
-            if self._token_shortfall(answer, tokens[0]):
-                return  # the key's tokens are recorded; smaller requests still fit
-        self.pool._record_scoped(self.scope, key, checked, advice, self.current, attempt.started)
-        budget = request_budget(answer.headers, received_at) if answer.headers else None
-        if budget is not None:
-            self._keep("requests", key, budget, attempt)
-
-    def _keep(
-        self,
-        kind: Literal["requests", "tokens"],
-        key: str,
-        announced: tuple[int, float, int | None],
-        attempt: Attempt,
-    ) -> None:
-        """Record a budget the answer announced (requests or tokens), as of the attempt's
-        start, its reset capped at the maximum."""
-        remaining, reset, limit = announced
-        if self.refill == "window":  # the limit comes back at the reset, not meanwhile
-            limit = None
-        record = self.store.record_budget if kind == "requests" else self.store.record_token_budget
-        record(
-            self.scope,
-            key,
-            remaining=remaining,
-            reset_seconds=min(reset, self.current.max_seconds),
-            limit=limit,
-            attempt=attempt,
-        )
+            return "window"
+        return None
 
     def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
         """A 429 with requests left and fewer tokens than this request costs: a shortfall

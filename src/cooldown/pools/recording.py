@@ -10,8 +10,10 @@ from ..config import CooldownSettings
 from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
+from ..evidence.quota import QUOTA_SPENT
 from ..store import CallScope
 from ..store.refills import RefillSetting
+from ..store.verdict import Verdict
 from ._common import (
     CheckedEvidence,
     check_evidence,
@@ -114,6 +116,18 @@ class KeyRecording(KeySelection):
             self._legacy.rest(scope.provider, key, deadline, now, keep_later=True, foreign=foreign)
         if not foreign:
             self._cool_siblings(scope, key, evidence, deadline, current)
+
+    @pool_method
+    def _mirror_legacy(self, verdict: Verdict, deadline: float) -> None:
+        """What unscoped selection must see of a settled answer that cooled its key: a
+        genuine auth rejection of the key, a spent quota of its account."""
+        scope, now = verdict.scope, resolve_now(verdict.scope.now)
+        rejected = verdict.outcome.credential_health == "rejected"
+        if rejected and verdict.credential_wide_auth:
+            self._legacy.rest(scope.provider, verdict.key, deadline, now, keep_later=True)
+        if verdict.outcome.reason == QUOTA_SPENT.reason:
+            for sibling in verdict.siblings:
+                self._legacy.rest(scope.provider, sibling, deadline, now, keep_later=True)
 
     @pool_method
     def _cool_siblings(

@@ -32,6 +32,7 @@ from .lookup import gather
 from .parts import StoreParts
 from .refusals import Holds, exhausted
 from .scope import CallScope, call_scope
+from .verdict import Verdict
 
 __all__ = ["Attempts", "ending_attempt"]
 
@@ -53,6 +54,8 @@ class Attempts(StoreParts):
     """Mixed into `ModelCooldown`: its selection (`_choose`) and lock, plus the bookkeeping."""
 
     _choose: Callable[..., list[str]]  # the store's one selection, under its lock
+    record: Callable[..., float | None]  # the store's recording (`policy.py`)
+    learn_refill: Callable[..., None]  # the refill readings (`refills.py`)
 
     def admit(
         self,
@@ -216,6 +219,69 @@ class Attempts(StoreParts):
         sharing = self._shared
         if attempt.shared is not None and sharing is not None:  # no lock across the round trip
             sharing.backend.end(attempt.shared, served=served)
+
+    def settle(
+        self, attempt: Attempt, verdict: Verdict | None, *, served: bool, answered: bool = True
+    ) -> float | None:
+        """End one attempt in one call: what its answer proved (`verdict`: the key's
+        cooldown or its clearing as of the attempt's start, its siblings' cooldowns, the
+        budgets it announced, the refill it taught) and its release; with Redis, all of it in
+        the attempt's one round trip. `None` for an attempt that got no answer or whose
+        answer is not read. The key's deadline, when its answer cooled it."""
+        require_attempt(attempt)
+        deadline = None
+        if verdict is not None:
+            scope = verdict.scope
+            if verdict.refill is not None:
+                self.learn_refill(
+                    scope.provider, scope.model, scope.quota_bucket, verdict.refill, now=scope.now
+                )
+            with self.ending(attempt):
+                deadline = self._prove(attempt, verdict)
+                if attempt.shared is not None:
+                    attempt.shared.learned = verdict.learned
+        self.finish(attempt, served=served, answered=answered)
+        return deadline
+
+    def _prove(self, attempt: Attempt, verdict: Verdict) -> float | None:
+        """The writes of one answer, in the order they stamp: tokens, the key, its
+        siblings, requests."""
+        scope, key = verdict.scope, verdict.key
+        if verdict.tokens is not None:
+            self._keep_budget("tokens", scope, key, *verdict.tokens, None, attempt)
+            if verdict.token_shortfall:
+                return None  # the key's tokens are kept; smaller requests still fit
+        record = self.record
+        deadline = record(
+            scope.provider,
+            key,
+            verdict.outcome,
+            model=scope.model,
+            quota_bucket=scope.quota_bucket,
+            credential_wide_auth=verdict.credential_wide_auth,
+            retry_after_seconds=verdict.retry_after_seconds,
+            fallback_seconds=verdict.fallback_seconds,
+            max_seconds=scope.max_seconds,
+            now=scope.now,
+            sent_at=attempt.started,
+        )
+        if deadline is not None and verdict.siblings:
+            remaining = max(0.0, deadline - resolve_now(scope.now))
+            for sibling in verdict.siblings:
+                record(
+                    scope.provider,
+                    sibling,
+                    verdict.outcome,
+                    model=scope.model,
+                    quota_bucket=scope.quota_bucket,
+                    credential_wide_auth=verdict.credential_wide_auth,
+                    retry_after_seconds=remaining,
+                    max_seconds=scope.max_seconds,
+                    now=scope.now,
+                )
+        if verdict.requests is not None:
+            self._keep_budget("requests", scope, key, *verdict.requests, None, attempt)
+        return deadline
 
     def record_budget(
         self,
