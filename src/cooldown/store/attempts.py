@@ -251,37 +251,32 @@ class Attempts(StoreParts):
             self._keep_budget("tokens", scope, key, *verdict.tokens, None, attempt)
             if verdict.token_shortfall:
                 return None  # the key's tokens are kept; smaller requests still fit
-        record = self.record
-        deadline = record(
+        deadline = self._cool(attempt, verdict, key, verdict.retry_after_seconds)
+        if deadline is not None and verdict.siblings:
+            remaining = max(0.0, deadline - resolve_now(scope.now))
+            for sibling in verdict.siblings:  # until the same deadline
+                self._cool(attempt, verdict, sibling, remaining)
+        if verdict.requests is not None:
+            self._keep_budget("requests", scope, key, *verdict.requests, None, attempt)
+        return deadline
+
+    def _cool(
+        self, attempt: Attempt, verdict: Verdict, key: str, advice: float | None
+    ) -> float | None:
+        scope = verdict.scope
+        return self.record(
             scope.provider,
             key,
             verdict.outcome,
             model=scope.model,
             quota_bucket=scope.quota_bucket,
             credential_wide_auth=verdict.credential_wide_auth,
-            retry_after_seconds=verdict.retry_after_seconds,
+            retry_after_seconds=advice,
             fallback_seconds=verdict.fallback_seconds,
             max_seconds=scope.max_seconds,
             now=scope.now,
             sent_at=attempt.started,
         )
-        if deadline is not None and verdict.siblings:
-            remaining = max(0.0, deadline - resolve_now(scope.now))
-            for sibling in verdict.siblings:
-                record(
-                    scope.provider,
-                    sibling,
-                    verdict.outcome,
-                    model=scope.model,
-                    quota_bucket=scope.quota_bucket,
-                    credential_wide_auth=verdict.credential_wide_auth,
-                    retry_after_seconds=remaining,
-                    max_seconds=scope.max_seconds,
-                    now=scope.now,
-                )
-        if verdict.requests is not None:
-            self._keep_budget("requests", scope, key, *verdict.requests, None, attempt)
-        return deadline
 
     def record_budget(
         self,
