@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Literal
 
 from ..arguments import check_cost, finite_number, require_str, resolve_now, retry_after
-from ..config import LARGEST_MAX_SECONDS
 from ..digests import (
     account_message,
     credential_message,
@@ -28,26 +26,14 @@ from .admission import Attempt, Order
 from .backend import AdmissionTerms, SharedAttempt, Sharing
 from .claims import Claim
 from .declared import shared_windows
+from .ending import ENDING, checked_budget, require_attempt
 from .lookup import gather
 from .parts import StoreParts
 from .refusals import Holds, exhausted
 from .scope import CallScope, call_scope
 from .verdict import Verdict
 
-__all__ = ["Attempts", "ending_attempt"]
-
-_ending: ContextVar[SharedAttempt | None] = ContextVar("cooldown_ending", default=None)
-
-
-def require_attempt(attempt: object) -> Attempt:
-    if not isinstance(attempt, Attempt):
-        raise TypeError("attempt must be what admit() returned")
-    return attempt
-
-
-def ending_attempt() -> SharedAttempt | None:
-    """The shared attempt whose answer is being recorded here, if any (see `ending`)."""
-    return _ending.get()
+__all__ = ["Attempts"]
 
 
 class Attempts(StoreParts):
@@ -202,11 +188,11 @@ class Attempts(StoreParts):
         """The shared writes recorded in this block (the attempt's answer and budget) wait
         for `finish`, which sends them with the attempt's release in one round trip."""
         require_attempt(attempt)
-        token = _ending.set(attempt.shared)
+        token = ENDING.set(attempt.shared)
         try:
             yield
         finally:
-            _ending.reset(token)
+            ENDING.reset(token)
 
     def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
         """The attempt's answer is recorded (or it failed): it is no longer in flight. One
@@ -348,9 +334,9 @@ class Attempts(StoreParts):
         """Check an announced budget, keep it for the credential (or its account in
         `scope.accounts`) as of its stamp and, inside an attempt's ending, hand it to the
         attempt's end for the shared state."""
-        remaining, reset = _checked_budget(remaining, reset_seconds)
+        remaining, reset = checked_budget(remaining, reset_seconds)
         if limit is not None:
-            limit, _ = _checked_budget(limit, 0)
+            limit, _ = checked_budget(limit, 0)
         if attempt is not None:
             require_attempt(attempt)
         located = self._budget_entry(scope, credential)
@@ -371,7 +357,7 @@ class Attempts(StoreParts):
                 None if attempt is None else attempt.token,
             )
         announced = (remaining, stamp + reset, limit)
-        ending = _ending.get()
+        ending = ENDING.get()
         if ending is not None:  # shared with the attempt's end, as of the same stamp
             if kind == "requests":
                 ending.budget = announced
@@ -394,14 +380,3 @@ class Attempts(StoreParts):
         if message is None:
             return None
         return self._digest(credential_part) + self._digest(message), resolve_now(scope.now)
-
-
-def _checked_budget(remaining: object, reset_seconds: object) -> tuple[int, float]:
-    if isinstance(remaining, bool) or not isinstance(remaining, int):
-        raise TypeError("remaining must be an int")
-    if remaining < 0:
-        raise ValueError("remaining must be 0 or more")
-    reset = finite_number(reset_seconds, "reset_seconds")
-    if not 0 <= reset <= LARGEST_MAX_SECONDS:
-        raise ValueError("reset_seconds must be between 0 and the largest maximum")
-    return remaining, reset

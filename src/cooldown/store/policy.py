@@ -23,9 +23,10 @@ from ..evidence.outcome import SPENT_WINDOW, UpstreamOutcome
 from ..evidence.quota import QUOTA_SPENT
 from ..forksafe import new_lock
 from .admission import ORDERS, Admission, Attempt, Order
-from .attempts import Attempts, ending_attempt
+from .attempts import Attempts
 from .backend import SharedObservations, Sharing
 from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
+from .ending import ending_attempt
 from .foreign import FOREIGN_DROPPED_WARNING, ForeignEntries
 from .inspection import Inspection
 from .operators import KeyActions
