@@ -17,7 +17,7 @@ from cooldown import (
     is_nanogpt_credential_rejection,
     model_cooldown,
 )
-from cooldown.pools.active_key import MAX_REJECTIONS
+from cooldown.pools.nanogpt.active_key import MAX_REJECTIONS
 
 A, B, C = "nano-key-a", "nano-key-b", "nano-key-c"
 POOLS = [NanoGPTKeyPool, NanoGPTUnifiedKeyPool]
@@ -435,7 +435,7 @@ def test_raw_and_unified_pools_never_share_state(both_pools: None) -> None:
 
 
 def test_a_full_rejection_map_is_not_rebuilt_for_every_new_key() -> None:
-    from cooldown.pools.active_key import MAX_REJECTIONS
+    from cooldown.pools.nanogpt.active_key import MAX_REJECTIONS
 
     for index in range(MAX_REJECTIONS):  # all live at once: 300 s auth rests from now=0
         NanoGPTKeyPool.invalidate(f"nano-full-{index}", 401, now=0.0)

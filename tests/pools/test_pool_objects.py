@@ -20,7 +20,7 @@ from cooldown import (
     status_blueprint,
 )
 from cooldown.pools.credential import BUILT_IN_PROVIDERS
-from cooldown.pools.validation import ValidatedKeyPool
+from cooldown.pools.nanogpt.validation import ValidatedKeyPool
 from cooldown.shared.observations import RedisObservations
 
 from ..conftest import delete_prefix

@@ -6,14 +6,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ..arguments import resolve_now, seconds
-from ..config import CooldownSettings
-from ..errors import NanoGPTKeyPoolExhausted
-from ..evidence.outcome import classify_upstream_outcome
-from ..store import CallScope
-from ._common import CheckedEvidence, scoped_settings, unique_stripped
+from ...arguments import resolve_now, seconds
+from ...config import CooldownSettings
+from ...errors import NanoGPTKeyPoolExhausted
+from ...evidence.outcome import classify_upstream_outcome
+from ...store import CallScope
+from .._common import CheckedEvidence, scoped_settings, unique_stripped
+from ..default import pool_method
 from .active_key import ActiveKeyState
-from .default import pool_method
 
 __all__ = [
     "REJECTION_STATUSES",
@@ -64,7 +64,7 @@ def _probe_status(probe: Callable[[str], int], key: str) -> int | None:
 class ValidatedKeyPool(ActiveKeyState):
     """Selection that validates: the active key while it is trusted, else probes in order.
 
-    Recording and probe-free selection live in `cooldown.pools.nanogpt`.
+    Recording and probe-free selection live in `cooldown.pools.nanogpt.pools`.
     """
 
     @pool_method

@@ -7,13 +7,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..arguments import resolve_now
-from ..config import CooldownSettings
-from ..evidence.learn import WindowLearner, window_learner
-from ..forksafe import new_lock, new_rlock
-from ..store import CallScope, ModelCooldown, model_cooldown
-from ._common import CheckedEvidence, store_evidence
-from .default import own_store, pool_method
+from ...arguments import resolve_now
+from ...config import CooldownSettings
+from ...evidence.learn import WindowLearner, window_learner
+from ...forksafe import new_lock, new_rlock
+from ...store import CallScope, ModelCooldown, model_cooldown
+from .._common import CheckedEvidence, store_evidence
+from ..default import own_store, pool_method
 
 __all__ = ["AUTH_STATUSES", "MAX_REJECTIONS", "ActiveKeyState"]
 

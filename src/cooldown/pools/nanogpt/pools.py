@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..arguments import resolve_now, seconds
-from ..evidence.outcome import UpstreamOutcome
-from ..store import CallScope
-from ._common import (
+from ...arguments import resolve_now, seconds
+from ...evidence.outcome import UpstreamOutcome
+from ...store import CallScope
+from .._common import (
     CheckedEvidence,
     check_evidence,
     scoped_max_seconds,
@@ -16,9 +16,9 @@ from ._common import (
     status_code,
     unique_stripped,
 )
-from .default import pool_method
-from .discovery import configured_nanogpt_keys
-from .key_status import PoolStatus, keys_status
+from ..default import pool_method
+from ..discovery import configured_nanogpt_keys
+from ..key_status import PoolStatus, keys_status
 from .validation import REJECTION_STATUSES, NanoGPTKeyPoolExhausted, ValidatedKeyPool
 
 __all__ = [
