@@ -222,9 +222,11 @@ class Attempts(StoreParts):
                 self.learn_refill(
                     scope.provider, scope.model, scope.quota_bucket, verdict.refill, now=scope.now
                 )
-            with self.ending(attempt):
+            if attempt.shared is None:
                 deadline = self._prove(attempt, verdict)
-                if attempt.shared is not None:
+            else:  # the writes wait for the release: one round trip
+                with self.ending(attempt):
+                    deadline = self._prove(attempt, verdict)
                     attempt.shared.learned = verdict.learned
         self.finish(attempt, served=served, answered=answered)
         return deadline
