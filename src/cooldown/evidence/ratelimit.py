@@ -51,7 +51,7 @@ def spent_window_reset(lowered: dict[str, object], received_at: float) -> float 
     resets: list[float] = []
     for dialect in DIALECTS:
         for counter in dialect.counters:
-            if _spent(lowered.get(counter.remaining)):
+            if counter.remaining in lowered and _spent(lowered[counter.remaining]):
                 reset = dialect.reset(lowered.get(counter.reset), received_at)
                 if reset is not None:
                     units = (
@@ -89,9 +89,9 @@ def _budgets(lowered: dict[str, object], received_at: float, kind: str) -> list[
     found: list[Budget] = []
     for dialect in DIALECTS:
         for counter in dialect.counters:
-            if counter.kind != kind:
+            if counter.kind != kind or counter.remaining not in lowered:
                 continue
-            remaining = count(lowered.get(counter.remaining))
+            remaining = count(lowered[counter.remaining])
             reset = dialect.reset(lowered.get(counter.reset), received_at)
             if remaining is not None and reset is not None:
                 limit = (
