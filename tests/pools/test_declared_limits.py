@@ -3,6 +3,7 @@ would pass a window the provider documents, and says so to clients and operators
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -186,3 +187,20 @@ def test_a_dispatch_that_may_wait_waits_for_the_window_to_have_room(enabled: Non
     pool.dispatch(P, lambda key: sent.append(key) or Answer(), model="m")
     pool.dispatch(P, lambda key: sent.append(key) or Answer(), model="m", wait=3)
     assert sent == KEYS[:1] * 2  # the second a second after the first, not a 429
+
+
+def test_adispatch_keeps_the_same_windows(pool: CredentialPool) -> None:
+    async def send(key: str) -> Answer:
+        return Answer()
+
+    async def burst() -> list[str]:
+        outcomes = []
+        for second in range(5):
+            try:
+                await pool.adispatch(P, send, model="m", now=100.0 + second / 10)
+                outcomes.append("served")
+            except ModelCooldownExhausted as refused:
+                outcomes.append(refused.reason)
+        return outcomes
+
+    assert asyncio.run(burst()) == ["served"] * 4 + ["limit"]
