@@ -11,14 +11,16 @@ Strategies: this library as a gateway runs it today (`dispatch`, a 402 read as a
 by `advice=`), this library with the limits declared and `usage=openrouter(...)`
 (`MODEL_COOLDOWN_USAGE_SECONDS=10`), and LiteLLM's router (`rpm` per deployment, its
 usage-based routing; it has no per-day limit nor usage reader) when `litellm` is installed.
-32 client threads, open loop, one process. Prints per strategy: served / offered, the
-provider's 429s (those of the day limit, of the minute limit), 402s, and how long after the
-top-up the topped-up key served again.
+32 client threads, open loop, one process (`--gunicorn`: the library's strategies as 4
+gunicorn gthread workers sharing Redis, `MODEL_COOLDOWN_TEST_REDIS_URL`). Prints per
+strategy: served / offered, the provider's 429s (those of the day limit, of the minute
+limit), 402s, and how long after the top-up the topped-up key served again.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import threading
@@ -29,7 +31,7 @@ from typing import Any
 
 import requests
 from flask import Flask, Response, request
-from fleet import open_loop, serve_upstream
+from fleet import gunicorn_gateway, open_loop, serve_upstream
 
 from cooldown import CredentialPool, ModelCooldownExhausted, QuotaSpent, model_cooldown
 from cooldown.store import declared
@@ -44,6 +46,7 @@ CLIENTS = 32
 LATENCY = 0.2
 STRATEGIES = ("library", "library + limits + usage", "litellm router")
 LIMITS = {"requests": {"minute": PER_MINUTE, "day": PER_DAY}}
+GATEWAY = [""]  # the gunicorn gateway's base URL, with --gunicorn
 COMPLETION = json.dumps(
     {
         "id": "chatcmpl-bench",
@@ -120,8 +123,10 @@ def serve(provider: QuotaProvider) -> tuple[str, Callable[[], None]]:
     return serve_upstream(app)
 
 
-def library(strategy: str, base: str) -> Callable[[int, requests.Session], int]:
-    """A gateway dispatching through the library, with or without limits and a reader."""
+def register_library(strategy: str, base: str) -> None:
+    """The pool as the strategy runs it: with the limits declared and a usage reader, or
+    as a gateway runs it today."""
+    declared.UNIT_SECONDS["day"] = DAY_SECONDS  # type: ignore[index]  # the shortened day
     model_cooldown.reset()
     CredentialPool.reset()
     if strategy == "library":
@@ -135,25 +140,38 @@ def library(strategy: str, base: str) -> Callable[[int, requests.Session], int]:
             usage=openrouter(base_url=f"{base}/api/v1"),
         )
 
-    def spent(answer: Any) -> QuotaSpent | None:
-        return QuotaSpent() if answer.status_code == 402 else None
 
-    def request_one(index: int, session: requests.Session) -> int:
-        def send(key: str) -> requests.Response:
-            return session.post(
-                f"{base}/v1/chat/completions",
-                json={"model": MODEL},
-                headers={"Authorization": f"Bearer {key}"},
-                timeout=30,
-            )
+def _spent(answer: Any) -> QuotaSpent | None:
+    return QuotaSpent() if answer.status_code == 402 else None
 
-        try:
-            answer = CredentialPool.dispatch(PROVIDER, send, model=MODEL, advice=spent)
-        except ModelCooldownExhausted:
-            return 429
-        return 429 if answer is None else answer.status_code
 
-    return request_one
+def dispatch_one(base: str, session: requests.Session) -> int:
+    """One gateway request through the library: its status for the client."""
+
+    def send(key: str) -> requests.Response:
+        return session.post(
+            f"{base}/v1/chat/completions",
+            json={"model": MODEL},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+
+    try:
+        answer = CredentialPool.dispatch(PROVIDER, send, model=MODEL, advice=_spent)
+    except ModelCooldownExhausted:
+        return 429
+    return 429 if answer is None else answer.status_code
+
+
+def library(strategy: str, base: str, gunicorn: bool) -> Callable[[int, requests.Session], int]:
+    """A gateway dispatching through the library: in this process, or 4 gunicorn workers
+    sharing Redis (then the client posts to them)."""
+    if not gunicorn:
+        register_library(strategy, base)
+        return lambda index, session: dispatch_one(base, session)
+    return lambda index, session: (
+        session.post(f"{GATEWAY[0]}/v1/chat/completions", json={}, timeout=60).status_code
+    )
 
 
 def litellm_router(base: str) -> Callable[[int, requests.Session], int]:
@@ -191,15 +209,19 @@ def run(strategy: str, args: argparse.Namespace) -> dict[str, float]:
     provider = QuotaProvider()
     base, stop = serve(provider)
     try:
-        if strategy == "litellm router":
-            request_one = litellm_router(base)
-        else:
-            request_one = library(strategy, base)
         rate = len(KEYS) * PER_DAY / DAY_SECONDS * args.load
         total = int(rate * args.seconds)
-        start = time.monotonic()
-        provider.topped_up = start + args.seconds / 2
-        answered = open_loop(total, rate, CLIENTS, request_one)
+        with contextlib.ExitStack() as stack:
+            if strategy == "litellm router":
+                request_one = litellm_router(base)
+            else:
+                if args.gunicorn:
+                    env = {"BENCH_UPSTREAM_URL": base, "BENCH_STRATEGY": strategy}
+                    GATEWAY[0] = stack.enter_context(gunicorn_gateway("quotas_gateway:app", env))
+                request_one = library(strategy, base, args.gunicorn)
+            start = time.monotonic()
+            provider.topped_up = start + args.seconds / 2
+            answered = open_loop(total, rate, CLIENTS, request_one)
     finally:
         CredentialPool.reset()
         stop()
@@ -218,14 +240,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=240.0, help="offered traffic per run")
     parser.add_argument("--load", type=float, default=1.2, help="offered load / capacity")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--gunicorn", action="store_true", help="4 workers sharing Redis")
     args = parser.parse_args()
     os.environ["MODEL_COOLDOWN_ENABLED"] = "true"
     os.environ["MODEL_COOLDOWN_USAGE_SECONDS"] = "10"
-    declared.UNIT_SECONDS["day"] = DAY_SECONDS  # type: ignore[index]  # the shortened day
     print(
         f"4 keys, {PER_MINUTE}/minute and {PER_DAY}/day each (a {DAY_SECONDS} s day), one key"
         f" out of credit until half-way, {args.load}x load, {args.seconds:.0f} s per run,"
-        f" {CLIENTS} client threads, one process"
+        f" {CLIENTS} client threads, "
+        + ("4 gunicorn gthread workers sharing Redis" if args.gunicorn else "one process")
     )
     print(
         "| strategy | served / offered | provider 429s: day limit | minute limit | 402s"
