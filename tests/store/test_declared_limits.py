@@ -216,3 +216,17 @@ def test_the_fleet_counts_a_calendar_day_and_tokens_alike(
     take(workers[0], scope(limits, at, zone="Europe/Paris"), KEYS[:1])  # no cost: 0 counted
     with pytest.raises(ModelCooldownExhausted):
         workers[1].admit(scope(limits, at, zone="Europe/Paris"), KEYS[:1])  # the day's three
+
+
+def test_every_process_shows_the_fleets_counts(process: Callable[[], ModelCooldown]) -> None:
+    workers = [process(), process()]
+    at = time.monotonic()
+    limits = {"requests": {"minute": 2}}
+    for worker in workers:
+        take(worker, scope(limits, at), KEYS[:1])
+    for worker in workers:  # each took one, each shows both, and the key held
+        [row] = worker.declared_counts(scope(limits, at + 1), KEYS[:1])
+        assert row[0]["used"] == 2
+        [(reason, release)] = worker.explain(scope(limits, at + 1), KEYS[:1])
+        assert reason == "limit"
+        assert at + 59 <= release <= at + 62

@@ -196,6 +196,35 @@ class RedisObservations(ScriptCalls, SharedKeyActions):
         keys = [*self._keys, *self._declared_keys] if terms.windows else self._keys
         return self._call(now, "start", keys, args, read)
 
+    def declared_slots(
+        self, fields: Sequence[str], now: float
+    ) -> dict[str, list[tuple[float, float]]] | None:
+        """The fleet's live slots of these declared windows, read in one round trip; a junk
+        slot (Redis is shared with other programs) is skipped."""
+        if not fields:
+            return {}
+
+        def read(answer: list[Any]) -> dict[str, list[tuple[float, float]]]:
+            found: dict[str, list[tuple[float, float]]] = {}
+            for field, text in zip(fields, answer, strict=True):
+                live = found[field] = []
+                for part in (text.decode() if isinstance(text, bytes) else str(text or "")).split(
+                    ","
+                ):
+                    ends, _, amount = part.partition(":")
+                    try:
+                        slot = (self._to_monotonic(ends), finite(amount))
+                    except (TypeError, ValueError):
+                        continue
+                    if slot[0] > now:
+                        live.append(slot)
+            return found
+
+        slots: dict[str, list[tuple[float, float]]] | None = self._call_with(
+            now, lambda: self._connected().hmget(self._declared_keys[0], list(fields)), read
+        )
+        return slots
+
     def _release_missed_ends(self, now: float, max_seconds: int) -> None:
         """Release the attempts whose end did not reach Redis, once it answers again: a probe
         claimed before an outage must not hold its key until its lease runs out."""

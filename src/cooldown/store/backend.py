@@ -166,6 +166,13 @@ class SharedObservations(Protocol):
 
     def forget_quota(self, credential: str, now: float) -> None: ...
 
+    def declared_slots(
+        self, fields: Sequence[str], now: float
+    ) -> dict[str, list[tuple[float, float]]] | None:
+        """The fleet's live slots of these declared windows (`"<owner id>|<window id>"`):
+        (when each leaves its window, what it counted), by field; `None` when Redis does not
+        answer."""
+
     def keep_reading(self, credential: str, reading: Reading, now: float) -> None:
         """Keep a usage reading of the credential for every worker's status."""
 

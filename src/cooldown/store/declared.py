@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
 from typing import Literal, NamedTuple, TypedDict
@@ -31,7 +31,10 @@ __all__ = [
     "WindowStatus",
     "day_zone",
     "declared_limits",
+    "hold_in",
     "shared_windows",
+    "status_in",
+    "window_id",
 ]
 
 Counter = Literal["requests", "tokens"]
@@ -121,6 +124,10 @@ def wall_offset() -> float:
 
 
 _Slots = dict[int, list[float]]  # slot -> [amount counted, when it leaves the window]
+Live = list[tuple[float, float]]
+"""A window's live slots: (when each leaves the window, what it counted)."""
+WindowReader = Callable[[Counter, Unit], Live]
+"""One owner's live slots of each window."""
 
 
 class DeclaredWindows:
@@ -134,15 +141,20 @@ class DeclaredWindows:
     def clear(self) -> None:
         self._counts.clear()
 
+    def reader(self, owner: bytes, now: float) -> WindowReader:
+        """Each window's live slots for the owner, as (when it leaves the window, amount)."""
+        counts = self._counts.get(owner, {})
+
+        def read(counter: Counter, unit: Unit) -> Live:
+            slots = counts.get((counter, unit)) or {}
+            return [(ends, amount) for amount, ends in slots.values() if ends > now]
+
+        return read
+
     def hold(self, owner: bytes, limits: DeclaredLimits, now: float, cost: int | None) -> float:
         """Until when a request of `cost` tokens (unknown: it needs one left) would pass a
         window: 0.0 when none, `inf` when it never fits (a limit of 0, or below `cost`)."""
-        counts = self._counts.get(owner, {})
-        hold = 0.0
-        for counter, unit, limit in limits.windows:
-            need = 1 if counter == "requests" or cost is None else cost
-            hold = max(hold, _room_at(counts.get((counter, unit)), limit, need, now))
-        return hold
+        return hold_in(self.reader(owner, now), limits, now, cost)
 
     def count(self, owner: bytes, limits: DeclaredLimits, now: float, cost: int | None) -> None:
         """One attempt started: a request, and `cost` tokens (unknown: none)."""
@@ -167,25 +179,39 @@ class DeclaredWindows:
 
     def status(self, owner: bytes, limits: DeclaredLimits, now: float) -> list[WindowStatus]:
         """Each declared window's count for the owner as of `now`."""
-        counts = self._counts.get(owner, {})
-        shown: list[WindowStatus] = []
-        for counter, unit, limit in limits.windows:
-            live = [
-                (amount, ends)
-                for amount, ends in (counts.get((counter, unit)) or {}).values()
-                if ends > now
-            ]
-            ends = min((ends for _, ends in live), default=now)
-            shown.append(
-                {
-                    "counter": counter,
-                    "unit": unit,
-                    "used": int(sum(amount for amount, _ in live)),
-                    "limit": limit,
-                    "resets_in": math.ceil(max(0.0, ends - now)),
-                }
-            )
-        return shown
+        return status_in(self.reader(owner, now), limits, now)
+
+
+def window_id(counter: Counter, unit: Unit) -> str:
+    """How the shared state names one window of an owner: `rm` is requests per minute."""
+    return counter[0] + unit[0]
+
+
+def hold_in(read: WindowReader, limits: DeclaredLimits, now: float, cost: int | None) -> float:
+    """Until when a request of `cost` would pass one of the windows `read` gives."""
+    hold = 0.0
+    for counter, unit, limit in limits.windows:
+        need = 1 if counter == "requests" or cost is None else cost
+        hold = max(hold, _room_at(read(counter, unit), limit, need))
+    return hold
+
+
+def status_in(read: WindowReader, limits: DeclaredLimits, now: float) -> list[WindowStatus]:
+    """Each window's use, as `read` gives its live slots."""
+    shown: list[WindowStatus] = []
+    for counter, unit, limit in limits.windows:
+        live = read(counter, unit)
+        ends = min((ends for ends, _ in live), default=now)
+        shown.append(
+            {
+                "counter": counter,
+                "unit": unit,
+                "used": int(sum(amount for _, amount in live)),
+                "limit": limit,
+                "resets_in": math.ceil(max(0.0, ends - now)),
+            }
+        )
+    return shown
 
 
 def shared_windows(limits: DeclaredLimits, now: float, cost: int | None) -> list[SharedWindow]:
@@ -198,19 +224,18 @@ def shared_windows(limits: DeclaredLimits, now: float, cost: int | None) -> list
         if unit == "day" and limits.zone is not None:
             _, ends = _slot(unit, limits.zone, now, wall_offset())
         width = UNIT_SECONDS[unit] / SLOTS
-        windows.append(SharedWindow(counter[0] + unit[0], limit, need, amount, width, ends))
+        windows.append(SharedWindow(window_id(counter, unit), limit, need, amount, width, ends))
     return windows
 
 
-def _room_at(slots: _Slots | None, limit: int, need: int, now: float) -> float:
-    """When `need` more fits under `limit`, as the counted slots leave the window."""
+def _room_at(live: Live, limit: int, need: int) -> float:
+    """When `need` more fits under `limit`, as the live slots leave the window."""
     if need > limit:
         return math.inf
-    live = sorted((ends, amount) for amount, ends in (slots or {}).values() if ends > now)
     excess = sum(amount for _, amount in live) + need - limit
     if excess <= 0:
         return 0.0
-    for ends, amount in live:
+    for ends, amount in sorted(live):
         excess -= amount
         if excess <= 0:
             return ends

@@ -11,7 +11,7 @@ from ..digests import PreparedHmac, credential_message, credential_prefix, scope
 from .accounts import account_entries, checked_labels
 from .admission import Admission
 from .budget import DIGEST_SIZE
-from .declared import WindowStatus
+from .declared import WindowReader, WindowStatus, hold_in, status_in, window_id
 from .lookup import Lookup, gather
 from .parts import StoreParts
 from .quota_marks import held_by_quota
@@ -87,7 +87,43 @@ class Inspection(StoreParts):
             )
         if any(reason == "credential" for reason, _ in explained):
             self._name_quotas(lookup[1], lookup[2], explained, current_time)
+        fleet = self._fleet_windows(scope, lookup[2], current_time)
+        if fleet is not None and scope.limits is not None:  # the fleet's counts, not ours
+            for position, read in enumerate(fleet):
+                hold = min(
+                    ceiling + current_time, hold_in(read, scope.limits, current_time, checked_cost)
+                )
+                if hold > max(current_time, explained[position][1]):
+                    explained[position] = ("limit", hold)
         return explained
+
+    def _fleet_windows(
+        self, scope: CallScope, keys: Sequence[str], now: float
+    ) -> list[WindowReader] | None:
+        """Each key's declared windows as the fleet counted them (its own owner's, or its
+        account's), read in one round trip; `None` without sharing, limits or an answer."""
+        sharing, limits = self._shared, scope.limits
+        message = scope_message(scope.model, scope.quota_bucket)
+        if sharing is None or limits is None or message is None or not keys:
+            return None
+        prefix, scope_id = credential_prefix(scope.provider), sharing.digest(message)
+        labels = checked_labels(scope.accounts) if scope.accounts else {}
+        accounts = account_entries(sharing.digest, prefix, keys, labels, scope_id)
+        owners = [
+            (accounts.get(key) or sharing.digest(credential_message(prefix, key)) + scope_id).hex()
+            for key in keys
+        ]
+        ids = [window_id(counter, unit) for counter, unit, _ in limits.windows]
+        slots = sharing.backend.declared_slots(
+            [f"{owner}|{window}" for owner in owners for window in ids], now
+        )
+        if slots is None:
+            return None
+
+        def reader(owner: str) -> WindowReader:
+            return lambda counter, unit: slots.get(f"{owner}|{window_id(counter, unit)}", [])
+
+        return [reader(owner) for owner in owners]
 
     def _name_quotas(
         self,
@@ -119,6 +155,9 @@ class Inspection(StoreParts):
         if limits is None or message is None:
             return [[] for _ in keys]
         prefix, current_time = credential_prefix(scope.provider), resolve_now(scope.now)
+        fleet = self._fleet_windows(scope, keys, current_time)
+        if fleet is not None:  # the fleet's counts include this process's
+            return [status_in(read, limits, current_time) for read in fleet]
         scope_digest = self._digest(message)
         labels = checked_labels(scope.accounts) if scope.accounts else {}
         accounts = account_entries(self._digest, prefix, keys, labels, scope_digest)
