@@ -191,11 +191,6 @@ class _ScopedDispatch:
         )
         self.verdicts: dict[int, Verdict] = {}  # by attempt token: read, not yet settled
         self.fixed: RefillSetting = pool._refill.get(provider, "auto")
-        self.refill: Refill = (
-            self.store.refill_reading(provider, self.scope.model, self.scope.quota_bucket, now=now)
-            if self.fixed == "auto"
-            else self.fixed
-        )
 
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
         """The next key, counted in flight; when none is free, wait for the earliest within
@@ -226,23 +221,29 @@ class _ScopedDispatch:
         """One admission; a caller's own clock (`now=`) moves on by the time waited."""
         pool, provider = self.pool, self.scope.provider
         configured = pool.keys(provider)
+        if not configured:
+            return None
         current_time = resolve_now(self.scope.now)
         if self.scope.now is not None:
             current_time += waited
-        candidates = pool._in_rotation(provider, configured, current_time)
-        if not candidates:
-            return None
-        rests = pool._legacy.live(provider, candidates, current_time, self.current.max_seconds)
+        rests = pool._legacy.live(provider, configured, current_time, self.current.max_seconds)
         self.scope = self.scope._replace(accounts=pool._labels(provider, configured))
+        candidates = configured
         if self.affinity is not None:
             candidates = by_affinity(candidates, self.affinity)
-        taken = self.store.admit(
-            self.scope._replace(now=current_time),
-            candidates,
-            legacy_rest_until=rests,
-            exclude=tried,
-            lease_seconds=self.current.lease_seconds,
-        )
+        cleared: list[str] = []  # another process cleared these: this pool's rests go too
+        try:
+            taken = self.store.admit(
+                self.scope._replace(now=current_time),
+                candidates,
+                legacy_rest_until=rests,
+                exclude=tried,
+                lease_seconds=self.current.lease_seconds,
+                cleared=cleared,
+            )
+        finally:
+            for key in cleared:
+                pool._legacy.clear(provider, key)
         if taken is not None and taken[1].shared is not None and self.current.learn != "off":
             learned = taken[1].shared.learned
             if learned is not None:  # the fleet's estimate, read with the admission
@@ -297,6 +298,7 @@ class _ScopedDispatch:
             self.learner.export(scope.provider, key, self._scope_message())
             if attempt.shared is not None
             else None,
+            self.fixed,
         )
 
     def finish(self, admitted: tuple[str, Attempt], served: bool, answered: bool) -> None:
@@ -309,34 +311,26 @@ class _ScopedDispatch:
             self.pool._mirror_legacy(verdict, deadline)
 
     def _announced(self, announced: tuple[int, float, int | None]) -> tuple[int, float, int | None]:
-        """A budget as kept: its reset capped at the maximum; its limit dropped once the
-        provider is known to refill in windows (it comes back at the reset, not meanwhile)."""
+        """A budget as kept: its reset capped at the maximum."""
         remaining, reset, limit = announced
-        return (
-            remaining,
-            min(reset, self.current.max_seconds),
-            None if self.refill == "window" else limit,
-        )
+        return remaining, min(reset, self.current.max_seconds), limit
 
     def _refill_lesson(self, attempt: Attempt, answer: Answer) -> Refill | None:
         """An attempt only the refill admitted: answered 429 with that counter spent again,
-        the provider refills in windows (one such 429 teaches it, and from this answer on its
-        budgets are kept without their limit: they hold until the reset); served, it refills
-        as announced."""
+        the provider refills in windows (one such 429 teaches it, and from this answer on the
+        store keeps its budgets without their limit: they hold until the reset); served, it
+        refills as announced."""
         scope = self.scope
         if 200 <= answer.status < 300:
             return "continuous"
-        if answer.status != 429 or not answer.headers or self.refill == "window":
+        if answer.status != 429 or not answer.headers:
             return None
         if attempt.refilled == "requests":
             spent = requests_remaining(answer.headers) == 0
         else:
             tokens = token_budget(answer.headers, time.time())
             spent = tokens is not None and tokens[0] < (scope.cost or 1)
-        if spent:
-            self.refill = "window"
-            return "window"
-        return None
+        return "window" if spent else None
 
     def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
         """A 429 with requests left and fewer tokens than this request costs: a shortfall

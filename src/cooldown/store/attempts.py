@@ -29,6 +29,7 @@ from .declared import shared_windows
 from .ending import ENDING, checked_budget, require_attempt
 from .lookup import gather
 from .parts import StoreParts
+from .refills import Refill
 from .refusals import Holds, exhausted
 from .scope import CallScope, call_scope
 from .verdict import Verdict
@@ -42,6 +43,8 @@ class Attempts(StoreParts):
     _choose: Callable[..., list[str]]  # the store's one selection, under its lock
     record: Callable[..., float | None]  # the store's recording (`policy.py`)
     learn_refill: Callable[..., None]  # the refill readings (`refills.py`)
+    refill_reading: Callable[..., Refill]
+    drained_keys: Callable[..., set[str]]  # the operators' drains (`operators.py`)
 
     def admit(
         self,
@@ -58,17 +61,22 @@ class Attempts(StoreParts):
         lease_seconds: float = 300.0,
         cost: int | None = None,
         accounts: Mapping[str, str] | None = None,
+        cleared: list[str] | None = None,
     ) -> tuple[str, Attempt] | None:
         """Choose a key for one dispatch and count it in flight, in one step, so no two
-        dispatches take the same probe. `None` when every free key is in `exclude`; the 429
-        (`ModelCooldownExhausted`) when none is free. `cost` (tokens) is held against the
-        key's token budget while the attempt is in flight; `accounts` (key -> label) makes
-        the budgets of an account's keys one. End it with `finish`. A refusal here is not
-        counted in `exhausted_total`: the caller may wait or rotate on; when the 429 reaches
-        its client, `count_exhausted` says so (`dispatch` does)."""
+        dispatches take the same probe. `None` when every free key is in `exclude` (or
+        none is in rotation); the 429 (`ModelCooldownExhausted`) when none is free. A key an
+        operator drained is never chosen; a key another process cleared since is added to
+        `cleared` (its rest in `legacy_rest_until` no longer holds it). `cost` (tokens) is
+        held against the key's token budget while the attempt is in flight; `accounts` (key
+        -> label) makes the budgets of an account's keys one. End it with `settle` (or
+        `finish`). A refusal here is not counted in `exhausted_total`: the caller may wait
+        or rotate on; when the 429 reaches its client, `count_exhausted` says so (`dispatch`
+        does)."""
         scope = call_scope(
             provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "spread"
         )
+        keys, legacy_rest_until = self._in_rotation(scope, keys, legacy_rest_until, cleared)
         taken = self._admitted(scope, keys, legacy_rest_until, exclude, lease_seconds)
         if taken is not None and taken[1].probe:
             with self._lock:
@@ -77,6 +85,28 @@ class Attempts(StoreParts):
             if sharing is not None:
                 sharing.backend.add_to_fleet("probes_total", taken[1].started)
         return taken
+
+    def _in_rotation(
+        self,
+        scope: CallScope,
+        keys: Sequence[str],
+        legacy_rest_until: Mapping[str, float] | None,
+        cleared: list[str] | None,
+    ) -> tuple[Sequence[str], Mapping[str, float] | None]:
+        """The keys no operator drained, and the legacy rests without those of keys another
+        process cleared since (named in `cleared`)."""
+        followed: list[str] = []
+        drained = self.drained_keys(scope.provider, list(keys), now=scope.now, cleared=followed)
+        if drained:
+            keys = [key for key in keys if key not in drained]
+        if followed:
+            if cleared is not None:
+                cleared.extend(followed)
+            if legacy_rest_until:
+                legacy_rest_until = {
+                    key: rest for key, rest in legacy_rest_until.items() if key not in followed
+                }
+        return keys, legacy_rest_until
 
     def _admitted(
         self,
@@ -235,8 +265,11 @@ class Attempts(StoreParts):
         """The writes of one answer, in the order they stamp: tokens, the key, its
         siblings, requests."""
         scope, key = verdict.scope, verdict.key
+        windows = (verdict.tokens or verdict.requests) is not None and self._in_windows(verdict)
         if verdict.tokens is not None:
-            self._keep_budget("tokens", scope, key, *verdict.tokens, None, attempt)
+            tokens, reset, limit = verdict.tokens
+            limit = None if windows else limit  # in windows, all comes back at the reset
+            self._keep_budget("tokens", scope, key, tokens, reset, limit, None, attempt)
             if verdict.token_shortfall:
                 return None  # the key's tokens are kept; smaller requests still fit
         deadline = self._cool(attempt, verdict, key, verdict.retry_after_seconds)
@@ -245,8 +278,20 @@ class Attempts(StoreParts):
             for sibling in verdict.siblings:  # until the same deadline
                 self._cool(attempt, verdict, sibling, remaining)
         if verdict.requests is not None:
-            self._keep_budget("requests", scope, key, *verdict.requests, None, attempt)
+            requests, reset, limit = verdict.requests
+            limit = None if windows else limit
+            self._keep_budget("requests", scope, key, requests, reset, limit, None, attempt)
         return deadline
+
+    def _in_windows(self, verdict: Verdict) -> bool:
+        """Does the provider refill this scope in windows (fixed so, or learned)?"""
+        if verdict.fixed != "auto":
+            return verdict.fixed == "window"
+        scope = verdict.scope
+        reading = self.refill_reading(
+            scope.provider, scope.model, scope.quota_bucket, now=scope.now
+        )
+        return reading == "window"
 
     def _cool(
         self, attempt: Attempt, verdict: Verdict, key: str, advice: float | None

@@ -7,7 +7,7 @@ from typing import NamedTuple
 from ..evidence.learn import LearnedWindow
 from ..evidence.outcome import UpstreamOutcome
 from .backend import Announced
-from .refills import Refill
+from .refills import Refill, RefillSetting
 from .scope import CallScope
 
 __all__ = ["Verdict"]
@@ -19,7 +19,8 @@ class Verdict(NamedTuple):
     and token budgets its headers announced (remaining, reset seconds, limit), whether it was
     a token shortfall of this request (the key's tokens are kept, nothing cools), the
     siblings of its account a throttle or a spent quota cools too, the refill it taught, and
-    the fleet's learned window after it."""
+    the fleet's learned window after it, and how `register` fixed the provider's refill
+    (`"auto"`: as learned; in windows, the budgets are kept without their limit)."""
 
     scope: CallScope
     key: str
@@ -33,3 +34,4 @@ class Verdict(NamedTuple):
     siblings: tuple[str, ...] = ()
     refill: Refill | None = None
     learned: LearnedWindow | None = None
+    fixed: RefillSetting = "auto"
