@@ -13,25 +13,21 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
-from ..arguments import check_cost, finite_number, require_str, resolve_now, retry_after
+from ..arguments import check_cost, finite_number, require_str, resolve_now
 from ..digests import (
     account_message,
     credential_message,
     credential_prefix,
     scope_message,
 )
-from ..errors import ModelCooldownCapacity
-from .accounts import account_entries
 from .admission import Attempt, Order
-from .backend import AdmissionTerms, SharedAttempt, Sharing
 from .claims import Claim
-from .declared import shared_windows
 from .ending import ENDING, checked_budget, require_attempt
 from .lookup import gather
 from .parts import StoreParts
 from .refills import Refill
-from .refusals import Holds, exhausted
 from .scope import CallScope, call_scope
+from .shared_admission import admit_shared
 from .verdict import Verdict
 
 __all__ = ["Attempts"]
@@ -132,86 +128,13 @@ class Attempts(StoreParts):
         )
         if sharing is None or not claim.candidates:
             return claim.taken
-        message = scope_message(scope.model, scope.quota_bucket)
-        assert message is not None  # _choose refuses a claim without one
-        answered, taken = self._admit_shared(
-            sharing,
-            claim,
-            credential_prefix(scope.provider),
-            message,
-            scope.accounts or {},
-            spread=scope.order == "spread",
-        )
+        answered, taken = admit_shared(self, sharing, claim, scope)
         if not answered:  # Redis did not answer: this process's bookkeeping decides
             local = Claim(claim.exclude, lease, cost=cost, limits=scope.limits)
             lookup = gather(sharing, scope, keys, legacy_rest_until)
             self._choose("eligible", lookup, scope.order, local, cost)
             return local.taken
         return taken
-
-    def _admit_shared(
-        self,
-        sharing: Sharing,
-        claim: Claim,
-        prefix: bytes,
-        scope: bytes,
-        labels: Mapping[str, str],
-        *,
-        spread: bool,
-    ) -> tuple[bool, tuple[str, Attempt] | None]:
-        """One round trip: whether the backend answered, and what it admitted."""
-        now, ceiling = claim.now, claim.ceiling
-        scope_id = sharing.digest(scope)
-        keys = [key for key, _, _, _ in claim.candidates]
-        owners = account_entries(sharing.digest, prefix, keys, labels, scope_id)
-        ids = []
-        for key in keys:
-            credential = sharing.digest(credential_message(prefix, key))
-            entry = credential + scope_id
-            ids.append((credential.hex(), entry.hex(), owners.get(key, entry).hex()))
-        windows = () if claim.limits is None else shared_windows(claim.limits, now, claim.cost)
-        terms = AdmissionTerms(spread, claim.cost, windows)
-        answer = sharing.backend.start(ids, now, ceiling, now + claim.lease, terms)
-        if answer is None:
-            return False, None
-        if answer.position is not None:
-            key, credential, entry, account = claim.candidates[answer.position]
-            _, entry_id, owner = ids[answer.position]
-            shared = SharedAttempt(
-                answer.lease,
-                entry_id,
-                owner,
-                claim.cost,
-                ceiling,
-                now,
-                learned=answer.learned,
-                stamp=now,  # the request starts now
-            )
-            with self._lock:
-                attempt = self._admission.start(
-                    entry,
-                    credential,
-                    now,
-                    claim.lease,
-                    (answer.probe, shared, answer.refilled),
-                    claim.cost,
-                    account,
-                )
-                claim.counted(self._admission, attempt)
-            return True, (key, attempt)
-        if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
-            with self._lock:
-                self._capacity_rejections_total += 1
-            sharing.backend.add_to_fleet("capacity_rejections_total", now)
-            raise ModelCooldownCapacity(retry_after(answer.overflow, now, ceiling))
-        if claim.excluded_free:  # the free keys left were all tried: the last answer stands
-            return True, None
-        holds = claim.holds or Holds()
-        holds.limited += answer.limited
-        holds.other += len(answer.holds) - answer.limited
-        reason, every_key_spent = holds.reason(self._quota)
-        earliest = min(claim.earliest, *answer.holds)
-        raise exhausted(earliest, now, ceiling, reason=reason, every_key_spent=every_key_spent)
 
     @contextmanager
     def ending(self, attempt: Attempt) -> Iterator[None]:
