@@ -91,6 +91,8 @@ class Attempts(StoreParts):
     ) -> tuple[Sequence[str], Mapping[str, float] | None]:
         """The keys no operator drained, and the legacy rests without those of keys another
         process cleared since (named in `cleared`)."""
+        if self._shared is None and not self._drained:  # the common case: nothing to read
+            return keys, legacy_rest_until
         followed: list[str] = []
         drained = self.drained_keys(scope.provider, list(keys), now=scope.now, cleared=followed)
         if drained:

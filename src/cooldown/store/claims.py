@@ -77,7 +77,8 @@ class Claim:
                 attempt = admission.start(
                     entry, credential, now, self.lease, cost=self.cost, account=account
                 )
-                self.counted(admission, attempt)
+                if self.limits is not None:
+                    self.counted(admission, attempt)
                 self.taken = (key, attempt)
                 return
 

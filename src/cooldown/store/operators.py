@@ -32,7 +32,6 @@ MAX_DRAINED = 10000
 class KeyActions(StoreParts):
     """Mixed into `ModelCooldown`: an operator's label, drain and clear of one key."""
 
-    _drained: set[bytes]
     _marks_followed: dict[str, object]  # provider -> the last OperatorMarks whose clears of
     # its keys this store followed (each provider follows every read of the fleet's marks)
     _clears_followed: dict[str, float]  # shared credential id -> the latest clear followed

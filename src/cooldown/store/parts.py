@@ -25,6 +25,7 @@ class StoreParts:
     _shared: Sharing | None
     _waiters: KeyWaiters
     _quota: QuotaMarks  # which credential-wide cooldowns are spent quotas
+    _drained: set[bytes]  # credential digests an operator drained (this process's)
     _escalated_total: int
     _exhausted_total: int
     _capacity_rejections_total: int

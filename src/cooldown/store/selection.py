@@ -164,7 +164,7 @@ class Selection(StoreParts):
         """The shared body of `available`, `eligible`, `select` (which stops at one key) and
         `admit` (which also counts the chosen key in flight, under the same lock), over the
         checked arguments `gather` returned."""
-        _, _, keys, scope, legacy, given_now, shared, *_ = lookup
+        _, _, keys, scope, legacy, given_now, shared, _, _, _ = lookup
         if shared:  # the backend answered for every key
             legacy = {key: max(legacy.get(key, 0.0), *shared[key]) for key in keys}
             lookup = (*lookup[:4], legacy, *lookup[5:])
@@ -204,7 +204,7 @@ class Selection(StoreParts):
         spread: bool,
         cost: int | None,
     ) -> list[str]:
-        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow, *_ = lookup
+        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow, _, _ = lookup
         with self._lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
             self._schedule.advance(current_time, ceiling)
