@@ -323,7 +323,7 @@ class _ScopedDispatch:
         scope = self.scope
         if 200 <= answer.status < 300:
             return "continuous"
-        if answer.status != 429 or not answer.headers:
+        if answer.status != 429 or not answer.headers or attempt.reading == "window":
             return None
         if attempt.refilled == "requests":
             spent = requests_remaining(answer.headers) == 0

@@ -39,6 +39,7 @@ class Attempt(NamedTuple):
     shared: SharedAttempt | None = None
     account: bytes | None = None  # account digest + scope digest, for a key in an account
     refilled: Refilled | None = None  # the counter only its continuous refill had room in
+    reading: Literal["continuous", "window"] = "continuous"  # the refill, as of its admission
 
 
 Load = tuple[float, int, float]

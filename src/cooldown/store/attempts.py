@@ -74,6 +74,10 @@ class Attempts(StoreParts):
         )
         keys, legacy_rest_until = self._in_rotation(scope, keys, legacy_rest_until, cleared)
         taken = self._admitted(scope, keys, legacy_rest_until, exclude, lease_seconds)
+        if taken is not None:  # how its answer's budgets refill, as read now (see `settle`)
+            model, bucket = scope.model, scope.quota_bucket
+            if self.refill_reading(scope.provider, model, bucket, now=scope.now) == "window":
+                taken = (taken[0], taken[1]._replace(reading="window"))
         if taken is not None and taken[1].probe:
             with self._lock:
                 self._probes_total += 1
@@ -190,10 +194,12 @@ class Attempts(StoreParts):
         """The writes of one answer, in the order they stamp: tokens, the key, its
         siblings, requests."""
         scope, key = verdict.scope, verdict.key
-        windows = (verdict.tokens or verdict.requests) is not None and self._in_windows(verdict)
+        windows = verdict.fixed == "window" or (
+            verdict.fixed == "auto" and "window" in (attempt.reading, verdict.refill)
+        )  # then all comes back at the reset: a budget is kept without its limit
         if verdict.tokens is not None:
             tokens, reset, limit = verdict.tokens
-            limit = None if windows else limit  # in windows, all comes back at the reset
+            limit = None if windows else limit
             self._keep_budget("tokens", scope, key, tokens, reset, limit, None, attempt)
             if verdict.token_shortfall:
                 return None  # the key's tokens are kept; smaller requests still fit
@@ -207,16 +213,6 @@ class Attempts(StoreParts):
             limit = None if windows else limit
             self._keep_budget("requests", scope, key, requests, reset, limit, None, attempt)
         return deadline
-
-    def _in_windows(self, verdict: Verdict) -> bool:
-        """Does the provider refill this scope in windows (fixed so, or learned)?"""
-        if verdict.fixed != "auto":
-            return verdict.fixed == "window"
-        scope = verdict.scope
-        reading = self.refill_reading(
-            scope.provider, scope.model, scope.quota_bucket, now=scope.now
-        )
-        return reading == "window"
 
     def _cool(
         self, attempt: Attempt, verdict: Verdict, key: str, advice: float | None
