@@ -124,7 +124,7 @@ def steps_for(pool: KeyRecording, request: Request) -> Steps:
     provider, now, affinity = request.provider, request.now, request.affinity
     rotate_on = check_rotate_on(request.rotate_on)
     advice = check_advice(request.advice)
-    check_cost(request.cost)  # before anything is sent, whichever path
+    cost = check_cost(request.cost)  # before anything is sent, whichever path
     scope = selection_scope(provider, request.model, quota_buckets=request.quota_buckets)
     if request.quota_bucket is not None and scope:
         scope["quota_bucket"] = request.quota_bucket
@@ -151,7 +151,7 @@ def steps_for(pool: KeyRecording, request: Request) -> Steps:
             read=evidence_reader(provider, advice),
         )
     pool._usage.start(pool)  # first use: its usage readers, if any, begin reading
-    dispatch = _ScopedDispatch(pool, request, scope, current)
+    dispatch = _ScopedDispatch(pool, request, scope, current, cost)
     return rotation(
         first=lambda: dispatch.admit(set()),
         rest=dispatch.admit,
@@ -172,6 +172,7 @@ class _ScopedDispatch:
         request: Request,
         scope: SelectionScope,
         current: CooldownSettings,
+        cost: int | None,
     ) -> None:
         self.pool, self.current = pool, current
         provider, now = request.provider, request.now
@@ -186,7 +187,7 @@ class _ScopedDispatch:
             now,
             current.max_seconds,
             order="configured" if self.affinity is not None else request.order,
-            cost=check_cost(request.cost),
+            cost=cost,
             limits=pool.declared_limits(provider),
         )
         self.verdicts: dict[int, Verdict] = {}  # by attempt token: read, not yet settled
@@ -308,7 +309,10 @@ class _ScopedDispatch:
         verdict = self.verdicts.pop(attempt.token, None)
         deadline = self.store.settle(attempt, verdict, served=served, answered=answered)
         if verdict is not None and deadline is not None:
-            self.pool._mirror_legacy(verdict, deadline)
+            checked = CheckedEvidence(verdict.outcome, verdict.credential_wide_auth)
+            self.pool._mirror_legacy(
+                verdict.scope, verdict.key, checked, verdict.siblings, deadline
+            )
 
     def _announced(self, announced: tuple[int, float, int | None]) -> tuple[int, float, int | None]:
         """A budget as kept: its reset capped at the maximum."""

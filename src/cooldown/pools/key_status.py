@@ -164,13 +164,15 @@ def keys_status(
         refill=store.provider_refill(provider, now=now) if refill is None else refill,
     )
     pending = store.fleet_pending(provider, list(keys))
+    read = usage is not None and usage.has_reader(provider)
+    shared = store.fleet_readings(provider, keys, now=now) if read else {}
     for position, (key, row) in enumerate(zip(keys, status["keys"], strict=True)):
         if key in pending:
             row["fleet"] = "pending"
         if counted is not None:
             row["limits"] = counted[position]
-        if usage is not None and usage.has_reader(provider):
-            row["usage"] = usage.status(store, provider, key, now)
+        if usage is not None and read:
+            row["usage"] = usage.status(provider, row["label"], now, shared.get(key))
     return status
 
 

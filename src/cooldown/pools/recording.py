@@ -3,17 +3,15 @@ store's scoped cooldown otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..arguments import resolve_now
 from ..config import CooldownSettings
 from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
-from ..evidence.quota import QUOTA_SPENT
 from ..store import CallScope
 from ..store.refills import RefillSetting
-from ..store.verdict import Verdict
 from ._common import (
     CheckedEvidence,
     check_evidence,
@@ -92,10 +90,10 @@ class KeyRecording(KeySelection):
         sent_at: float | None,
         foreign: bool = False,
     ) -> None:
-        """`record` on the scoped path, its arguments checked (`dispatch` calls it directly):
-        the key's cooldown, then its siblings' (with Redis, inside an attempt's ending, both
-        ride on the attempt's end). The store reads the clock itself when `scope.now` is None.
-        A `foreign` key (not the pool's) has no siblings and learns no window."""
+        """`record` on the scoped path, its arguments checked (a usage reading's spent
+        quota comes this way too): the key's cooldown, then its siblings'. The store reads
+        the clock itself when `scope.now` is None. A `foreign` key (not the pool's) has no
+        siblings and learns no window."""
         deadline = store_evidence(  # no pool lock: the store may reach Redis
             self.store,
             self._learner,
@@ -110,24 +108,30 @@ class KeyRecording(KeySelection):
             sent_at=sent_at,
             foreign=foreign,
         )
-        if evidence.rejected_wide and deadline is not None:
-            # Unscoped selection must see a genuine auth failure too.
-            now = resolve_now(scope.now)
-            self._legacy.rest(scope.provider, key, deadline, now, keep_later=True, foreign=foreign)
-        if not foreign:
-            self._cool_siblings(scope, key, evidence, deadline, current)
+        if deadline is None:
+            return
+        siblings = () if foreign else self._cool_siblings(scope, key, evidence, deadline, current)
+        self._mirror_legacy(scope, key, evidence, siblings, deadline, foreign)
 
     @pool_method
-    def _mirror_legacy(self, verdict: Verdict, deadline: float) -> None:
-        """What unscoped selection must see of a settled answer that cooled its key: a
-        genuine auth rejection of the key, a spent quota of its account."""
-        scope, now = verdict.scope, resolve_now(verdict.scope.now)
-        rejected = verdict.outcome.credential_health == "rejected"
-        if rejected and verdict.credential_wide_auth:
-            self._legacy.rest(scope.provider, verdict.key, deadline, now, keep_later=True)
-        if verdict.outcome.reason == QUOTA_SPENT.reason:
-            for sibling in verdict.siblings:
-                self._legacy.rest(scope.provider, sibling, deadline, now, keep_later=True)
+    def _mirror_legacy(
+        self,
+        scope: CallScope,
+        key: str,
+        evidence: CheckedEvidence,
+        siblings: Sequence[str],
+        deadline: float,
+        foreign: bool = False,
+    ) -> None:
+        """What unscoped selection must see of an answer that cooled its key until
+        `deadline`: a genuine auth rejection of the key, a spent quota of its account (the
+        `siblings` its cooldown reached)."""
+        provider, now = scope.provider, resolve_now(scope.now)
+        if evidence.rejected_wide:
+            self._legacy.rest(provider, key, deadline, now, keep_later=True, foreign=foreign)
+        if evidence.quota_spent:
+            for sibling in siblings:
+                self._legacy.rest(provider, sibling, deadline, now, keep_later=True)
 
     @pool_method
     def _cool_siblings(
@@ -135,20 +139,18 @@ class KeyRecording(KeySelection):
         scope: CallScope,
         key: str,
         evidence: CheckedEvidence,
-        deadline: float | None,
+        deadline: float,
         current: CooldownSettings,
-    ) -> None:
+    ) -> list[str]:
         """A throttle of one key of an account is its siblings' too: the same scope cools for
         each of them until the same deadline; a spent quota is the account's, so it holds
-        each of them for every model. An auth rejection stays the one key's."""
+        each of them for every model. An auth rejection stays the one key's. The siblings
+        cooled."""
         spent = evidence.quota_spent
-        if deadline is None or not (spent or evidence.outcome.credential_health == "throttled"):
-            return
+        if not (spent or evidence.outcome.credential_health == "throttled"):
+            return []
         siblings = self.siblings(scope.provider, key)
-        if not siblings:
-            return
-        now = resolve_now(scope.now)
-        remaining = max(0.0, deadline - now)
+        remaining = max(0.0, deadline - resolve_now(scope.now))
         for sibling in siblings:  # no pool lock: the store may reach Redis
             self.store.record(
                 scope.provider,
@@ -161,8 +163,7 @@ class KeyRecording(KeySelection):
                 max_seconds=current.max_seconds,
                 now=scope.now,
             )
-            if spent:  # unscoped selection must see it too, as the key's own
-                self._legacy.rest(scope.provider, sibling, deadline, now, keep_later=True)
+        return siblings
 
     @pool_method
     def _record_legacy(self, provider: str, key: str, status: int, now: float) -> None:

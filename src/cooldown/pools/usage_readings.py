@@ -22,8 +22,9 @@ from ..evidence.quota import QUOTA_SPENT
 from ..evidence.usage import Usage, UsageReader
 from ..forksafe import new_lock
 from ..shared import share_when_configured
-from ..store import ModelCooldown
+from ..store import CallScope, ModelCooldown
 from ..store.backend import Reading
+from ._common import CheckedEvidence
 from .legacy import LegacyRests
 
 __all__ = ["READ_TIMEOUT_SECONDS", "UsageReadings", "UsageStatus"]
@@ -55,6 +56,16 @@ class _Pool(Protocol):
     def keys(self, provider: str) -> list[str]: ...
 
     def siblings(self, provider: str, key: str) -> list[str]: ...
+
+    def _record_scoped(
+        self,
+        scope: CallScope,
+        key: str,
+        evidence: CheckedEvidence,
+        retry_after_seconds: float | None,
+        current: CooldownSettings,
+        sent_at: float | None,
+    ) -> None: ...
 
 
 class UsageReadings:
@@ -183,11 +194,11 @@ class UsageReadings:
         return reading
 
     def status(
-        self, store: ModelCooldown, provider: str, key: str, now: float
+        self, provider: str, label: str, now: float, shared: Reading | None
     ) -> UsageStatus | None:
-        """The key's last reading (this worker's, else the fleet's), or `None` before one."""
-        reading = self._readings.get((provider, store.label(provider, key)))
-        shared = store.fleet_reading(provider, key, now=now)
+        """The key's last reading (this worker's, or the fleet's `shared` one when later),
+        or `None` before one."""
+        reading = self._readings.get((provider, label))
         if reading is None or (shared is not None and shared.read_at > reading.read_at):
             reading = shared
         if reading is None:
@@ -208,22 +219,11 @@ def _apply(
 ) -> None:
     """A spent reading cools the key and its account for every model; one with credit left
     lifts a spent quota's cooldown of them."""
-    account = [key, *pool.siblings(provider, key)]
-    if usage.out:
-        for each in account:
-            deadline = pool.store.record(
-                provider,
-                each,
-                QUOTA_SPENT,
-                credential_wide_auth=True,
-                retry_after_seconds=usage.resets_in,
-                fallback_seconds=current.quota_seconds,
-                max_seconds=current.max_seconds,
-                now=now,
-            )
-            if deadline is not None:  # unscoped selection must see it too
-                pool._legacy.rest(provider, each, deadline, now, keep_later=True)
+    if usage.out:  # as an answer saying so: the key and its account, for every model
+        scope = CallScope(provider, now=now, max_seconds=current.max_seconds)
+        spent = CheckedEvidence(QUOTA_SPENT, True)
+        pool._record_scoped(scope, key, spent, usage.resets_in, current, None)
     elif usage.remaining is not None and usage.remaining > 0:
-        for each in account:
+        for each in [key, *pool.siblings(provider, key)]:
             if pool.store.lift_quota(provider, each, now=now):
                 pool._legacy.clear(provider, each)

@@ -7,7 +7,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..forksafe import new_lock
@@ -86,26 +86,39 @@ class SharedKeyActions:
 
         self._call_with(now, write, lambda answer: answer)
 
-    def reading(self, credential: str, now: float) -> Reading | None:
-        """The fleet's last reading of the credential; junk (Redis is shared) is none."""
+    def readings(self, credentials: Sequence[str], now: float) -> dict[str, Reading] | None:
+        """The fleet's last reading of each credential that has one, in one round trip;
+        junk (Redis is shared with other programs) reads as none."""
 
-        def read(answer: Any) -> Reading | None:
-            try:
-                remaining, limit, resets_at, read_at = json.loads(answer)
-                for number in (remaining, limit):
-                    if number is not None and not (
-                        isinstance(number, (int, float)) and 0 <= number < math.inf
-                    ):
-                        return None
-                resets = None if resets_at is None else self._to_monotonic(resets_at)
-                return Reading(remaining, limit, resets, self._to_monotonic(read_at))
-            except (TypeError, ValueError):  # none, or junk: Redis is shared with others
-                return None
+        def read(answer: list[Any]) -> dict[str, Reading]:
+            found = {}
+            for credential, text in zip(credentials, answer, strict=True):
+                reading = self._reading(text)
+                if reading is not None:
+                    found[credential] = reading
+            return found
 
-        found: Reading | None = self._call_with(
-            now, lambda: self._connected().hget(self._readings_key, credential), read
+        if not credentials:
+            return {}
+        found: dict[str, Reading] | None = self._call_with(
+            now,
+            lambda: self._connected().hmget(self._readings_key, list(credentials)),
+            read,
         )
         return found
+
+    def _reading(self, text: Any) -> Reading | None:
+        try:
+            remaining, limit, resets_at, read_at = json.loads(text)
+            for number in (remaining, limit):
+                if number is not None and not (
+                    isinstance(number, (int, float)) and 0 <= number < math.inf
+                ):
+                    return None
+            resets = None if resets_at is None else self._to_monotonic(resets_at)
+            return Reading(remaining, limit, resets, self._to_monotonic(read_at))
+        except (TypeError, ValueError):  # none, or junk
+            return None
 
     def take_lease(self, name: str, seconds: float, now: float) -> bool | None:
         """`{prefix}:lease:<name>` for `seconds`, unless another process holds it (one worker

@@ -74,10 +74,8 @@ class Attempts(StoreParts):
         )
         keys, legacy_rest_until = self._in_rotation(scope, keys, legacy_rest_until, cleared)
         taken = self._admitted(scope, keys, legacy_rest_until, exclude, lease_seconds)
-        if taken is not None:  # how its answer's budgets refill, as read now (see `settle`)
-            model, bucket = scope.model, scope.quota_bucket
-            if self.refill_reading(scope.provider, model, bucket, now=scope.now) == "window":
-                taken = (taken[0], taken[1]._replace(reading="window"))
+        if taken is not None and self._in_windows(scope):  # as read now (see `settle`)
+            taken = (taken[0], taken[1]._replace(reading="window"))
         if taken is not None and taken[1].probe:
             with self._lock:
                 self._probes_total += 1
@@ -85,6 +83,13 @@ class Attempts(StoreParts):
             if sharing is not None:
                 sharing.backend.add_to_fleet("probes_total", taken[1].started)
         return taken
+
+    def _in_windows(self, scope: CallScope) -> bool:
+        """Does the provider refill this scope in windows, as learned so far?"""
+        reading = self.refill_reading(
+            scope.provider, scope.model, scope.quota_bucket, now=scope.now
+        )
+        return reading == "window"
 
     def _in_rotation(
         self,

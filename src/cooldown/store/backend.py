@@ -176,8 +176,8 @@ class SharedObservations(Protocol):
     def keep_reading(self, credential: str, reading: Reading, now: float) -> None:
         """Keep a usage reading of the credential for every worker's status."""
 
-    def reading(self, credential: str, now: float) -> Reading | None:
-        """The fleet's last usage reading of the credential, if any."""
+    def readings(self, credentials: Sequence[str], now: float) -> dict[str, Reading] | None:
+        """The fleet's last usage reading of each credential that has one."""
 
     def take_lease(self, name: str, seconds: float, now: float) -> bool | None:
         """Take the fleet's lease `name` (a hex id) for `seconds` unless another process

@@ -78,12 +78,11 @@ class Claim:
                     entry, credential, now, self.lease, cost=self.cost, account=account
                 )
                 if self.limits is not None:
-                    self.counted(admission, attempt)
+                    self.counted(admission, attempt, self.limits)
                 self.taken = (key, attempt)
                 return
 
-    def counted(self, admission: Admission, attempt: Attempt) -> None:
+    def counted(self, admission: Admission, attempt: Attempt, limits: DeclaredLimits) -> None:
         """The attempt counts in every window declared for its key (or account) and scope."""
-        if self.limits is not None:
-            owner = attempt.entry if attempt.account is None else attempt.account
-            admission.declared.count(owner, self.limits, attempt.started, self.cost)
+        owner = attempt.entry if attempt.account is None else attempt.account
+        admission.declared.count(owner, limits, attempt.started, self.cost)

@@ -7,7 +7,7 @@ its shared id in Redis, where it outlives any worker); a clear removes the key's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ..arguments import require_str, resolve_now
 from ..config import LARGEST_MAX_SECONDS
@@ -27,6 +27,11 @@ __all__ = ["MAX_DRAINED", "KeyActions"]
 
 MAX_DRAINED = 10000
 """Keys one store holds drained at most; a drain beyond it is a `ValueError`."""
+
+
+def _key_message(provider: str, key: str) -> bytes:
+    """What every digest of one of a provider's keys is taken over (the key checked)."""
+    return credential_message(credential_prefix(provider), require_str(key, "key"))
 
 
 class KeyActions(StoreParts):
@@ -50,7 +55,7 @@ class KeyActions(StoreParts):
         """Take the key out of rotation (`drained=False`: put it back), fleet-wide with sharing."""
         if not isinstance(drained, bool):
             raise TypeError("drained must be a bool")
-        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        message = _key_message(provider, key)
         local = self._digest(message)
         with self._lock:
             if not drained:
@@ -120,7 +125,7 @@ class KeyActions(StoreParts):
         or bucket, only that scope's (its credential-wide rests stay). Fleet-wide with
         sharing."""
         provider, now = scope.provider, scope.now
-        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        message = _key_message(provider, key)
         scoped = scope_message(scope.model, scope.quota_bucket)
         credential = self._digest(message)
         only = None if scoped is None else credential + self._digest(scoped)
@@ -140,7 +145,7 @@ class KeyActions(StoreParts):
     def lift_quota(self, provider: str, key: str, *, now: float | None = None) -> bool:
         """The key has credit again (a usage reading says so): the cooldown of its spent
         quota ends, here and fleet-wide; anything else it cools for stays. Whether one did."""
-        message = credential_message(credential_prefix(provider), require_str(key, "key"))
+        message = _key_message(provider, key)
         credential = self._digest(message)
         current_time = resolve_now(now)
         lifted = False
@@ -166,16 +171,20 @@ class KeyActions(StoreParts):
         """A usage reading of the key, for every worker's status (with sharing)."""
         sharing = self._shared
         if sharing is not None:
-            message = credential_message(credential_prefix(provider), require_str(key, "key"))
-            sharing.backend.keep_reading(sharing.digest(message).hex(), reading, reading.read_at)
+            shared_id = sharing.digest(_key_message(provider, key)).hex()
+            sharing.backend.keep_reading(shared_id, reading, reading.read_at)
 
-    def fleet_reading(self, provider: str, key: str, *, now: float | None = None) -> Reading | None:
-        """The last usage reading of the key any worker shared; `None` without sharing."""
+    def fleet_readings(
+        self, provider: str, keys: Sequence[str], *, now: float | None = None
+    ) -> dict[str, Reading]:
+        """The last usage reading of each key any worker shared, by key (one round trip);
+        none without sharing."""
         sharing = self._shared
-        if sharing is None:
-            return None
-        message = credential_message(credential_prefix(provider), require_str(key, "key"))
-        return sharing.backend.reading(sharing.digest(message).hex(), resolve_now(now))
+        if sharing is None or not keys:
+            return {}
+        ids = {sharing.digest(_key_message(provider, key)).hex(): key for key in keys}
+        found = sharing.backend.readings(list(ids), resolve_now(now)) or {}
+        return {ids[shared_id]: reading for shared_id, reading in found.items()}
 
     def take_usage_lease(
         self, provider: str, key: str, seconds: float, *, now: float | None = None
@@ -185,10 +194,8 @@ class KeyActions(StoreParts):
         sharing = self._shared
         if sharing is None:
             return True
-        message = credential_message(credential_prefix(provider), require_str(key, "key"))
-        taken = sharing.backend.take_lease(
-            "usage:" + sharing.digest(message).hex(), seconds, resolve_now(now)
-        )
+        shared_id = sharing.digest(_key_message(provider, key)).hex()
+        taken = sharing.backend.take_lease("usage:" + shared_id, seconds, resolve_now(now))
         return taken is not False
 
     def _forget_local(self, matches: Callable[[bytes], bool]) -> None:

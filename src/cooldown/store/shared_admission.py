@@ -64,7 +64,8 @@ def admit_shared(
                 claim.cost,
                 account,
             )
-            claim.counted(store._admission, attempt)
+            if claim.limits is not None:
+                claim.counted(store._admission, attempt, claim.limits)
         return True, (key, attempt)
     if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
         with store._lock:
