@@ -1,5 +1,6 @@
-"""How a provider's announced limits come back: continuously until one answer proves windows
-(one 429 per provider and model teaches it, fleet-wide with sharing), or as `register` fixed."""
+"""How a provider's announced limits come back: continuously until its answers prove windows
+(a key's budgets no one refill period explains, or a refill-only 429 no sibling could
+explain; per provider and model, fleet-wide with sharing), or as `register` fixed."""
 
 from __future__ import annotations
 
@@ -24,37 +25,36 @@ class Answer:
 
 
 class FixedWindow:
-    """A provider allowing `LIMIT` requests per 60 s window, announcing its limit as OpenAI
-    does; `refills=True` makes it a bucket that refills continuously instead."""
+    """A provider allowing `limit` requests per 60 s window, announcing its limit as OpenAI
+    does; `refills=True` makes it a bucket that refills continuously instead. One counter for
+    every key (an account whose keys were not declared), or (`per_key=True`) one per key."""
 
-    def __init__(self, *, refills: bool = False) -> None:
-        self.refills = refills
+    def __init__(self, *, refills: bool = False, limit: int = LIMIT, per_key: bool = False) -> None:
+        self.refills, self.limit, self.per_key = refills, limit, per_key
         self.sent: list[tuple[float, int]] = []
-        self.window = -1
-        self.used = 0
-        self.tokens = float(LIMIT)
-        self.last = 0.0
+        self.counters: dict[str, list[float]] = {}  # window or last refill, used or level
 
     def send_at(self, now: float) -> Any:
         def send(key: str) -> Answer:
+            limit = self.limit
             reset = 60 - now % 60
+            counter = self.counters.setdefault(key if self.per_key else "", [-1.0, 0.0, limit])
             if self.refills:
-                self.tokens = min(LIMIT, self.tokens + (now - self.last) * LIMIT / 60)
-                self.last = now
-                admitted = self.tokens >= 1
-                self.tokens -= 1 if admitted else 0
-                remaining = int(self.tokens)
-                reset = (LIMIT - self.tokens) * 60 / LIMIT
+                level = min(limit, counter[2] + (now - max(counter[0], 0.0)) * limit / 60)
+                admitted = level >= 1
+                counter[0], counter[2] = now, level - (1 if admitted else 0)
+                remaining = int(counter[2])
+                reset = (limit - counter[2]) * 60 / limit
             else:
-                if int(now // 60) != self.window:
-                    self.window, self.used = int(now // 60), 0
-                admitted = self.used < LIMIT
-                self.used += 1 if admitted else 0
-                remaining = LIMIT - self.used
+                if now // 60 != counter[0]:
+                    counter[0], counter[1] = now // 60, 0
+                admitted = counter[1] < limit
+                counter[1] += 1 if admitted else 0
+                remaining = int(limit - counter[1])
             status = 200 if admitted else 429
             self.sent.append((now, status))
             headers = {
-                "x-ratelimit-limit-requests": str(LIMIT),
+                "x-ratelimit-limit-requests": str(limit),
                 "x-ratelimit-remaining-requests": str(remaining),
                 "x-ratelimit-reset-requests": f"{reset:.3f}s",
             }
@@ -91,6 +91,33 @@ def test_a_fixed_window_is_learned_from_one_429_and_never_overrun_again() -> Non
     assert served == 2 * 10  # every window used up, none overrun
     assert model_cooldown.refill_reading(P, "m", None) == "window"
     assert model_cooldown.refill_reading(P, "another model", None) == "continuous"
+
+
+@pytest.mark.parametrize("keys", [1, 3])
+def test_a_fixed_window_shows_in_its_budgets_before_any_429(keys: int) -> None:
+    """Its reset runs down while its remaining falls: no one refill period explains three
+    readings of one key, so windows are known before the window is overrun."""
+    CredentialPool.register(P, keys=[f"{KEY}-{index}" for index in range(keys)])
+    provider = FixedWindow(limit=5, per_key=True)
+    drive(CredentialPool, provider, range(0, 600))
+    assert provider.throttles() == 0
+    assert CredentialPool.status(P)["refill"] == "window"
+    served = sum(1 for _, status in provider.sent if status == 200)
+    assert served == 5 * keys * 10  # every key's every window used up
+
+
+def test_a_siblings_collision_on_a_continuous_bucket_teaches_no_window() -> None:
+    """Two keys of one account nobody declared: each credits itself the bucket's refill, so
+    one's refill-only attempt meets the bucket the other just spent. That 429 is a collision,
+    and the bucket's readings all fit one period: the refill stays continuous."""
+    CredentialPool.register(P, keys=[f"{KEY}-a", f"{KEY}-b"])
+    provider = FixedWindow(refills=True, limit=6)
+    drive(CredentialPool, provider, range(0, 600))
+    assert provider.throttles() > 0  # the collisions happened
+    assert CredentialPool.status(P)["refill"] == "continuous"
+    assert model_cooldown.refill_reading(P, "m", None) == "continuous"
+    served = sum(1 for _, status in provider.sent if status == 200)
+    assert served >= 6 + 600 * 6 // 60 - 2  # its refill is used, not held to a reset
 
 
 def test_the_429_that_teaches_holds_the_key_until_the_reset() -> None:

@@ -3,6 +3,7 @@ the limit is announced; a request's `cost` held against a key's tokens while in 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -156,6 +157,71 @@ def test_dispatch_reads_token_headers_and_a_shortfall_cools_nothing(
     assert CredentialPool.select(P2, model=MODEL, order="configured", cost=800) == KEYS[0]
     assert CredentialPool.select(P2, model=MODEL, order="configured", cost=5934) == KEYS[1]
     assert CredentialPool.status(P2, model=MODEL)["keys"][0]["state"] == "ready"
+
+
+@pytest.fixture
+def unknown_cost(enabled: None) -> Iterator[str]:
+    """A provider registered for one test only."""
+    yield "unknown-cost"
+    CredentialPool._providers.pop("unknown-cost", None)
+
+
+def test_an_unknown_cost_that_did_not_fit_cools_nothing_and_asks_more_of_the_next_key(
+    unknown_cost: str,
+) -> None:
+    """No `cost=`: a 429 with requests left and tokens short of the limit is this request's
+    shortfall. The key stays free for other requests; the request is now known to need more
+    than the 1954 tokens that key had, so a key holding fewer is passed over."""
+    keys = ["sk-short", "sk-fewer", "sk-more"]
+    CredentialPool.register("unknown-cost", keys=keys)
+    CredentialPool.store.record_token_budget(
+        "unknown-cost", keys[1], model=MODEL, remaining=1000, reset_seconds=60, limit=30000
+    )
+    short = {
+        "x-ratelimit-remaining-requests": "40",
+        "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-remaining-tokens": "1954",
+        "x-ratelimit-reset-tokens": "6s",
+        "x-ratelimit-limit-tokens": "30000",
+        "Retry-After": "6",
+    }
+
+    class Answer:
+        def __init__(self, status: int, headers: dict[str, str]) -> None:
+            self.status_code, self.headers = status, headers
+
+    sent: list[str] = []
+
+    def send(key: str) -> Answer:
+        sent.append(key)
+        return Answer(429, short) if key == keys[0] else Answer(200, {})
+
+    answer = CredentialPool.dispatch("unknown-cost", send, model=MODEL, order="configured")
+    assert answer.status_code == 200
+    assert sent == [keys[0], keys[2]]  # 1000 tokens cannot hold what 1954 could not
+    assert CredentialPool.select("unknown-cost", model=MODEL, order="configured") == keys[0]
+    assert CredentialPool.status("unknown-cost", model=MODEL)["keys"][0]["state"] == "ready"
+
+
+def test_a_429_with_requests_and_every_token_left_still_cools_the_key(unknown_cost: str) -> None:
+    """Not a shortfall of tokens: something else refused it."""
+    CredentialPool.register("unknown-cost", keys=["sk-refused"])
+    full = {
+        "x-ratelimit-remaining-requests": "40",
+        "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-remaining-tokens": "30000",
+        "x-ratelimit-reset-tokens": "0s",
+        "x-ratelimit-limit-tokens": "30000",
+        "Retry-After": "6",
+    }
+
+    class Answer:
+        status_code, headers = 429, full
+
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.dispatch("unknown-cost", lambda key: Answer(), model=MODEL)
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.select("unknown-cost", model=MODEL)
 
 
 def test_a_429_without_requests_left_still_cools_the_key(

@@ -190,6 +190,7 @@ class _ScopedDispatch:
             cost=cost,
             limits=pool.declared_limits(provider),
         )
+        self.declared_cost = cost  # the caller's; the scope's grows with what answers prove
         self.verdicts: dict[int, Verdict] = {}  # by attempt token: read, not yet settled
         self.fixed: RefillSetting = pool._refill.get(provider, "auto")
 
@@ -283,7 +284,10 @@ class _ScopedDispatch:
             checked.fallback(current, rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS),
         )
         cools_siblings = checked.quota_spent or checked.outcome.credential_health == "throttled"
-        shortfall = tokens is not None and self._token_shortfall(answer, tokens[0])
+        shortfall = tokens is not None and self._token_shortfall(answer, tokens)
+        if shortfall and tokens is not None and self.declared_cost is None:
+            # The request needs more tokens than this key had: its next key must have more.
+            self.scope = scope._replace(cost=max(scope.cost or 0, tokens[0] + 1))
         self.verdicts[attempt.token] = Verdict(
             scope,
             key,
@@ -320,27 +324,35 @@ class _ScopedDispatch:
         return remaining, min(reset, self.current.max_seconds), limit
 
     def _refill_lesson(self, attempt: Attempt, answer: Answer) -> Refill | None:
-        """An attempt only the refill admitted: answered 429 with that counter spent again,
-        the provider refills in windows (one such 429 teaches it, and from this answer on the
-        store keeps its budgets without their limit: they hold until the reset); served, it
-        refills as announced."""
-        scope = self.scope
+        """An attempt only the refill admitted: served, the provider refills as announced;
+        answered 429 with that counter spent again, it refills in windows, but only when no
+        key sharing the counter unseen could have spent the refill: the provider's only key,
+        or keys whose accounts are declared. (The store also learns windows from the shape
+        of any key's budgets, which no sibling can fake.)"""
         if 200 <= answer.status < 300:
             return "continuous"
         if answer.status != 429 or not answer.headers or attempt.reading == "window":
             return None
+        if not self.scope.accounts and len(self.pool.keys(self.scope.provider)) > 1:
+            return None  # a sibling's collision looks the same
         if attempt.refilled == "requests":
             spent = requests_remaining(answer.headers) == 0
         else:
             tokens = token_budget(answer.headers, time.time())
-            spent = tokens is not None and tokens[0] < (scope.cost or 1)
+            spent = tokens is not None and tokens[0] < (self.scope.cost or 1)
         return "window" if spent else None
 
-    def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
-        """A 429 with requests left and fewer tokens than this request costs: a shortfall
-        of this request, not a spent window."""
-        cost = self.scope.cost
-        if answer.status != 429 or cost is None or tokens_left >= cost:
+    def _token_shortfall(self, answer: Answer, tokens: tuple[int, float, int | None]) -> bool:
+        """A 429 with requests left that this request's tokens did not fit: fewer left than
+        its declared cost or, its cost unknown, fewer than the limit (what else refuses a
+        request with requests left?). A shortfall of this request, not a spent window."""
+        if answer.status != 429:
+            return False
+        tokens_left, _, limit = tokens
+        cost = self.declared_cost
+        if cost is not None and tokens_left >= cost:
+            return False
+        if cost is None and (limit is None or tokens_left >= limit):
             return False
         requests = requests_remaining(answer.headers)
         return requests is not None and requests > 0

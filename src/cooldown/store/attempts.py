@@ -39,6 +39,7 @@ class Attempts(StoreParts):
     _choose: Callable[..., list[str]]  # the store's one selection, under its lock
     record: Callable[..., float | None]  # the store's recording (`policy.py`)
     learn_refill: Callable[..., None]  # the refill readings (`refills.py`)
+    windows_shown: Callable[..., bool]
     refill_reading: Callable[..., Refill]
     drained_keys: Callable[..., set[str]]  # the operators' drains (`operators.py`)
 
@@ -182,6 +183,12 @@ class Attempts(StoreParts):
         deadline = None
         if verdict is not None:
             scope = verdict.scope
+            if verdict.fixed == "auto" and self.windows_shown(
+                attempt.entry if attempt.account is None else attempt.account,
+                verdict.requests,
+                verdict.tokens,
+            ):
+                verdict = verdict._replace(refill="window")
             if verdict.refill is not None:
                 self.learn_refill(
                     scope.provider, scope.model, scope.quota_bucket, verdict.refill, now=scope.now

@@ -122,6 +122,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         self._waiters = KeyWaiters()
         self._quota = QuotaMarks(MAX_ENTRIES)
         self._refills = {}
+        self._periods = {}
         self._marks_followed: dict[str, object] = {}
         self._clears_followed: dict[str, float] = {}
 
@@ -352,6 +353,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             self._drained.clear()
             self._quota.clear()
             self._refills.clear()
+            self._periods.clear()
             self._clears_followed.clear()
             self._marks_followed.clear()
             self._escalated_total = 0

@@ -3,6 +3,8 @@ windows, once one of its answers proved it. Mixed into `ModelCooldown`.
 
 A reading is kept per provider and scope (model or bucket), as a digest, and for the provider
 as a whole (what its status shows); with sharing, the fleet's readings arrive with its drains.
+Windows are learned from the shape of a counter's own readings (`evidence/refill_shape.py`),
+never from a 429 that a sibling sharing the counter could explain.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Literal
 
 from ..arguments import resolve_now
 from ..digests import credential_prefix, refill_message, scope_message
+from ..evidence.refill_shape import Periods, refill_periods
+from .backend import Announced
 from .parts import StoreParts
 
 __all__ = [
@@ -38,6 +42,7 @@ class RefillReadings(StoreParts):
     """Learned refill readings, under the store's lock; the fleet's read outside it."""
 
     _refills: dict[bytes, Refill]  # local digest of a refill message -> its reading
+    _periods: dict[bytes, tuple[int, Periods]]  # owner + counter -> limit, periods still possible
 
     def refill_reading(
         self,
@@ -104,6 +109,36 @@ class RefillReadings(StoreParts):
         if sharing is not None and learned:  # once per reading per process
             ids = {sharing.digest(message).hex(): reading for message in learned}
             sharing.backend.note_refill(ids, resolve_now(now))  # no lock across the round trip
+
+    def windows_shown(
+        self, owner: bytes, requests: Announced | None, tokens: Announced | None
+    ) -> bool:
+        """Do the budgets an answer announced for this owner (a key and scope, or an account
+        and scope), with its earlier readings, show that its counters refill in windows: no
+        period explains them all? A counter whose limit changes starts again."""
+        shown = False
+        with self._lock:
+            for tag, announced in ((b"r", requests), (b"t", tokens)):
+                if announced is None:
+                    continue
+                remaining, reset, limit = announced
+                if limit is None:
+                    continue
+                periods = refill_periods(remaining, reset, limit)
+                if periods is None:
+                    continue
+                counter = owner + tag
+                known = self._periods.get(counter)
+                if known is not None and known[0] == limit:
+                    low, high = max(known[1][0], periods[0]), min(known[1][1], periods[1])
+                    if low > high:  # no one period: windows (and this reading starts again)
+                        shown = True
+                    else:
+                        periods = low, high
+                elif known is None and len(self._periods) >= MAX_READINGS:
+                    continue
+                self._periods[counter] = (limit, periods)
+        return shown
 
     def _fleet_refills(self, now: float | None) -> Mapping[str, str] | None:
         """The fleet's readings, from the drains' read (reused for a quarter second)."""
