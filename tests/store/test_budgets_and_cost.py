@@ -3,6 +3,7 @@ the limit is announced; a request's `cost` held against a key's tokens while in 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,41 +167,60 @@ def unknown_cost(enabled: None) -> Iterator[str]:
     CredentialPool._providers.pop("unknown-cost", None)
 
 
-def test_an_unknown_cost_that_did_not_fit_cools_nothing_and_asks_more_of_the_next_key(
+SHORT_OF_TOKENS = {  # requests left, 1954 of 30000 tokens: this request did not fit
+    "x-ratelimit-remaining-requests": "40",
+    "x-ratelimit-reset-requests": "1s",
+    "x-ratelimit-remaining-tokens": "1954",
+    "x-ratelimit-reset-tokens": "6s",
+    "x-ratelimit-limit-tokens": "30000",
+    "Retry-After": "6",
+}
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        self.status_code, self.headers = status, headers
+
+
+def test_an_unknown_cost_that_did_not_fit_rests_its_key_a_second_and_asks_more_of_the_next(
     unknown_cost: str,
 ) -> None:
     """No `cost=`: a 429 with requests left and tokens short of the limit is this request's
-    shortfall. The key stays free for other requests; the request is now known to need more
-    than the 1954 tokens that key had, so a key holding fewer is passed over."""
-    keys = ["sk-short", "sk-fewer", "sk-more"]
-    CredentialPool.register("unknown-cost", keys=keys)
+    shortfall. The key rests one second, not the six its advice gives this request (the next
+    request may be smaller), and no sibling cools; the request is now known to need more than
+    the 1954 tokens that key had, so a key holding fewer is passed over."""
+    keys = ["sk-short", "sk-fewer", "sk-more", "sk-sibling"]
+    CredentialPool.register(unknown_cost, keys=keys, accounts={"one": [1, 4]})
     CredentialPool.store.record_token_budget(
-        "unknown-cost", keys[1], model=MODEL, remaining=1000, reset_seconds=60, limit=30000
+        unknown_cost, keys[1], model=MODEL, remaining=1000, reset_seconds=60, limit=30000
     )
-    short = {
-        "x-ratelimit-remaining-requests": "40",
-        "x-ratelimit-reset-requests": "1s",
-        "x-ratelimit-remaining-tokens": "1954",
-        "x-ratelimit-reset-tokens": "6s",
-        "x-ratelimit-limit-tokens": "30000",
-        "Retry-After": "6",
-    }
-
-    class Answer:
-        def __init__(self, status: int, headers: dict[str, str]) -> None:
-            self.status_code, self.headers = status, headers
-
     sent: list[str] = []
 
     def send(key: str) -> Answer:
         sent.append(key)
-        return Answer(429, short) if key == keys[0] else Answer(200, {})
+        return Answer(429, SHORT_OF_TOKENS) if key == keys[0] else Answer(200, {})
 
-    answer = CredentialPool.dispatch("unknown-cost", send, model=MODEL, order="configured")
+    sent_at = time.monotonic()
+    answer = CredentialPool.dispatch(unknown_cost, send, model=MODEL, order="configured")
     assert answer.status_code == 200
     assert sent == [keys[0], keys[2]]  # 1000 tokens cannot hold what 1954 could not
-    assert CredentialPool.select("unknown-cost", model=MODEL, order="configured") == keys[0]
-    assert CredentialPool.status("unknown-cost", model=MODEL)["keys"][0]["state"] == "ready"
+    assert CredentialPool.available(unknown_cost, model=MODEL, now=sent_at + 0.5) == keys[1:]
+    # the sibling shares the 1954 tokens: free for a request that fits them, not cooled
+    back = CredentialPool.available(unknown_cost, model=MODEL, now=sent_at + 1.5)
+    assert back == keys
+
+
+def test_in_windows_an_unknown_cost_short_of_tokens_cools_its_key_as_advised(
+    unknown_cost: str,
+) -> None:
+    """Where the provider counts in windows, the tokens left are all there is until the
+    reset: the key rests as its advice says."""
+    CredentialPool.register(unknown_cost, keys=["sk-short"], refill="window")
+    sent_at = time.monotonic()
+    with pytest.raises(ModelCooldownExhausted):
+        CredentialPool.dispatch(unknown_cost, lambda key: Answer(429, SHORT_OF_TOKENS), model=MODEL)
+    assert CredentialPool.available(unknown_cost, model=MODEL, now=sent_at + 1.5) == []
+    CredentialPool._refill.pop(unknown_cost, None)
 
 
 def test_a_429_with_requests_and_every_token_left_still_cools_the_key(unknown_cost: str) -> None:

@@ -33,6 +33,10 @@ from .rotation import Steps, check_rotate_on, rotation
 
 __all__ = ["steps_for"]
 
+UNKNOWN_COST_REST_SECONDS = 1.0
+"""How long a key rests after a request of unknown size did not fit its tokens: the shortest
+rest a throttle takes, since the next request may be smaller."""
+
 SDK_RETRIES_WARNING = (
     "provider %s: the upstream client retried inside send (x-stainless-retry-count > 0); "
     "construct it with max_retries=0 so rotation, not the SDK, decides the next key"
@@ -284,10 +288,12 @@ class _ScopedDispatch:
             checked.fallback(current, rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS),
         )
         cools_siblings = checked.quota_spent or checked.outcome.credential_health == "throttled"
-        shortfall = tokens is not None and self._token_shortfall(answer, tokens)
-        if shortfall and tokens is not None and self.declared_cost is None:
-            # The request needs more tokens than this key had: its next key must have more.
+        shortfall = tokens is not None and self._token_shortfall(answer, tokens[0])
+        if tokens is not None and self._unknown_cost_short(attempt, answer, tokens):
+            # Its next key must hold more tokens than this one had; this key rests a second,
+            # alone: the next request, of another unknown size, may well fit.
             self.scope = scope._replace(cost=max(scope.cost or 0, tokens[0] + 1))
+            advice, cools_siblings = UNKNOWN_COST_REST_SECONDS, False
         self.verdicts[attempt.token] = Verdict(
             scope,
             key,
@@ -342,22 +348,35 @@ class _ScopedDispatch:
             spent = tokens is not None and tokens[0] < (self.scope.cost or 1)
         return "window" if spent else None
 
-    def _token_shortfall(self, answer: Answer, tokens: tuple[int, float, int | None]) -> bool:
-        """A 429 with requests left that this request's tokens did not fit: fewer left than
-        its declared cost or, its cost unknown, fewer than the limit (what else refuses a
-        request with requests left?). A shortfall of this request, not a spent window."""
-        if answer.status != 429:
-            return False
-        tokens_left, _, limit = tokens
+    def _token_shortfall(self, answer: Answer, tokens_left: int) -> bool:
+        """A 429 with requests left and fewer tokens than this request costs: a shortfall
+        of this request, not a spent window."""
         cost = self.declared_cost
-        if cost is not None and tokens_left >= cost:
+        if answer.status != 429 or cost is None or tokens_left >= cost:
             return False
-        if cost is None and (limit is None or tokens_left >= limit):
+        return _requests_left(answer)
+
+    def _unknown_cost_short(
+        self, attempt: Attempt, answer: Answer, tokens: tuple[int, float, int | None]
+    ) -> bool:
+        """Without `cost`, a 429 with requests left and tokens short of their announced limit,
+        from a counter that refills continuously: this request's tokens did not fit (what
+        else refuses a request with requests left?). In windows, a spent window's tokens."""
+        tokens_left, _, limit = tokens
+        if answer.status != 429 or self.declared_cost is not None:
             return False
-        requests = requests_remaining(answer.headers)
-        return requests is not None and requests > 0
+        if limit is None or tokens_left >= limit:
+            return False
+        if "window" in (self.fixed, attempt.reading):
+            return False
+        return _requests_left(answer)
 
     def _scope_message(self) -> bytes:
         message = scope_message(self.scope.model, self.scope.quota_bucket)
         assert message is not None  # the scoped path has a model or a bucket
         return message
+
+
+def _requests_left(answer: Answer) -> bool:
+    requests = requests_remaining(answer.headers)
+    return requests is not None and requests > 0
