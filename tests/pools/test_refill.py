@@ -202,6 +202,29 @@ def test_a_window_learned_in_one_process_holds_in_another(fleet: list[Credential
     assert second.store.refill_reading(P, "other", None, now=later) == "continuous"
 
 
+def test_several_keys_windows_show_across_the_fleet_before_any_429(
+    process: Callable[[], ModelCooldown],
+) -> None:
+    """Two processes take turns on three keys with a window each: each reads only its own
+    answers, and whichever first sees a key's budgets no one period explains teaches both."""
+    keys = [f"{KEY}-{index}" for index in range(3)]
+    pools = [CredentialPool(store=process()) for _ in range(2)]
+    for pool in pools:
+        pool.register(P, keys=keys)
+    base = time.monotonic()
+    provider = FixedWindow(limit=5, per_key=True)
+    for offset in range(0, 180):
+        with contextlib.suppress(ModelCooldownExhausted):
+            pools[offset % 2].dispatch(
+                P, provider.send_at(float(offset)), model="m", now=base + offset
+            )
+    assert provider.throttles() == 0
+    later = base + 181  # past the quarter second the fleet's read is reused
+    assert all(pool.store.refill_reading(P, "m", None, now=later) == "window" for pool in pools)
+    served = sum(1 for _, status in provider.sent if status == 200)
+    assert served == 5 * 3 * 3
+
+
 def test_a_reset_given_as_a_date_is_read_as_of_the_request_not_its_late_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
