@@ -126,29 +126,32 @@ def test_a_cost_that_is_not_tokens_is_refused(
             call(P, KEYS, model=MODEL, cost=cost)
 
 
+SHORT_OF_TOKENS = {  # requests left, 1954 of 30000 tokens: this request did not fit
+    "x-ratelimit-remaining-requests": "40",
+    "x-ratelimit-reset-requests": "1s",
+    "x-ratelimit-remaining-tokens": "1954",
+    "x-ratelimit-reset-tokens": "6s",
+    "x-ratelimit-limit-tokens": "30000",
+    "Retry-After": "6",
+}
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        self.status_code, self.headers = status, headers
+
+
 def test_dispatch_reads_token_headers_and_a_shortfall_cools_nothing(
     enabled: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL", KEYS[0])
     monkeypatch.setenv("CODEX_EVERYWHERE_API_KEY_GPT_PRO_POOL_1", KEYS[1])
 
-    class Answer:
-        def __init__(self, status: int, headers: dict[str, str]) -> None:
-            self.status_code, self.headers = status, headers
-
-    short = {  # requests left, 1954 tokens: a 5934-token request does not fit
-        "x-ratelimit-remaining-requests": "40",
-        "x-ratelimit-reset-requests": "1s",
-        "x-ratelimit-remaining-tokens": "1954",
-        "x-ratelimit-reset-tokens": "6s",
-        "x-ratelimit-limit-tokens": "30000",
-        "Retry-After": "6",
-    }
     sent: list[str] = []
 
     def send(key: str) -> Answer:
         sent.append(key)
-        return Answer(429, short) if key == KEYS[0] else Answer(200, {})
+        return Answer(429, SHORT_OF_TOKENS) if key == KEYS[0] else Answer(200, {})
 
     P2 = "ce-gpt-pro"
     answer = CredentialPool.dispatch(P2, send, model=MODEL, order="configured", cost=5934)
@@ -165,21 +168,6 @@ def unknown_cost(enabled: None) -> Iterator[str]:
     """A provider registered for one test only."""
     yield "unknown-cost"
     CredentialPool._providers.pop("unknown-cost", None)
-
-
-SHORT_OF_TOKENS = {  # requests left, 1954 of 30000 tokens: this request did not fit
-    "x-ratelimit-remaining-requests": "40",
-    "x-ratelimit-reset-requests": "1s",
-    "x-ratelimit-remaining-tokens": "1954",
-    "x-ratelimit-reset-tokens": "6s",
-    "x-ratelimit-limit-tokens": "30000",
-    "Retry-After": "6",
-}
-
-
-class Answer:
-    def __init__(self, status: int, headers: dict[str, str]) -> None:
-        self.status_code, self.headers = status, headers
 
 
 def test_an_unknown_cost_that_did_not_fit_rests_its_key_a_second_and_asks_more_of_the_next(
@@ -225,23 +213,12 @@ def test_in_windows_an_unknown_cost_short_of_tokens_cools_its_key_as_advised(
 
 def test_a_429_with_requests_and_every_token_left_still_cools_the_key(unknown_cost: str) -> None:
     """Not a shortfall of tokens: something else refused it."""
-    CredentialPool.register("unknown-cost", keys=["sk-refused"])
-    full = {
-        "x-ratelimit-remaining-requests": "40",
-        "x-ratelimit-reset-requests": "1s",
-        "x-ratelimit-remaining-tokens": "30000",
-        "x-ratelimit-reset-tokens": "0s",
-        "x-ratelimit-limit-tokens": "30000",
-        "Retry-After": "6",
-    }
-
-    class Answer:
-        status_code, headers = 429, full
-
+    CredentialPool.register(unknown_cost, keys=["sk-refused"])
+    full = {**SHORT_OF_TOKENS, "x-ratelimit-remaining-tokens": "30000"}
     with pytest.raises(ModelCooldownExhausted):
-        CredentialPool.dispatch("unknown-cost", lambda key: Answer(), model=MODEL)
+        CredentialPool.dispatch(unknown_cost, lambda key: Answer(429, full), model=MODEL)
     with pytest.raises(ModelCooldownExhausted):
-        CredentialPool.select("unknown-cost", model=MODEL)
+        CredentialPool.select(unknown_cost, model=MODEL)
 
 
 def test_a_429_without_requests_left_still_cools_the_key(
