@@ -120,6 +120,20 @@ def test_a_siblings_collision_on_a_continuous_bucket_teaches_no_window() -> None
     assert served >= 6 + 600 * 6 // 60 - 2  # its refill is used, not held to a reset
 
 
+def test_a_daily_counter_whose_reset_outlasts_the_maximum_teaches_nothing() -> None:
+    """A continuous day's budget announces resets of hours; cut to the hour the maximum
+    allows, they would imply ever other periods, so they are not read for the shape."""
+    CredentialPool.register(P, keys=[KEY])
+    for used in range(100, 120):
+        headers = {
+            "x-ratelimit-limit-requests": "1000",
+            "x-ratelimit-remaining-requests": str(1000 - used),
+            "x-ratelimit-reset-requests": f"{used * 86.4:.3f}s",  # full again in a day
+        }
+        CredentialPool.dispatch(P, lambda key: Answer(200, headers), model="m", now=float(used))
+    assert model_cooldown.refill_reading(P, "m", None) == "continuous"
+
+
 def test_the_429_that_teaches_holds_the_key_until_the_reset() -> None:
     CredentialPool.register(P, keys=[KEY])
     provider = FixedWindow()

@@ -21,6 +21,7 @@ from ..digests import (
     scope_message,
 )
 from .admission import Attempt, Order
+from .backend import Announced
 from .claims import Claim
 from .ending import ENDING, checked_budget, require_attempt
 from .lookup import gather
@@ -185,8 +186,8 @@ class Attempts(StoreParts):
             scope = verdict.scope
             if verdict.fixed == "auto" and self.windows_shown(
                 attempt.entry if attempt.account is None else attempt.account,
-                verdict.requests,
-                verdict.tokens,
+                _uncapped(verdict.requests, scope.max_seconds),
+                _uncapped(verdict.tokens, scope.max_seconds),
             ):
                 verdict = verdict._replace(refill="window")
             if verdict.refill is not None:
@@ -360,3 +361,9 @@ class Attempts(StoreParts):
         if message is None:
             return None
         return self._digest(credential_part) + self._digest(message), resolve_now(scope.now)
+
+
+def _uncapped(budget: Announced | None, max_seconds: float) -> Announced | None:
+    """A budget whose reset the maximum did not cut short: a capped reset says nothing
+    about the counter's period."""
+    return budget if budget is not None and budget[1] < max_seconds else None
