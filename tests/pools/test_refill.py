@@ -66,6 +66,11 @@ class FixedWindow:
         return sum(1 for _, status in self.sent if status == 429)
 
 
+def answering(headers: dict[str, str]) -> Callable[[str], Answer]:
+    """A `send` whose every answer is a 200 with these headers."""
+    return lambda key: Answer(200, headers)
+
+
 def drive(pool: Any, provider: FixedWindow, seconds: range, model: str = "m") -> None:
     """One dispatch each second; our own 429 (every key cooling) sends nothing."""
     for now in seconds:
@@ -130,7 +135,7 @@ def test_a_daily_counter_whose_reset_outlasts_the_maximum_teaches_nothing() -> N
             "x-ratelimit-remaining-requests": str(1000 - used),
             "x-ratelimit-reset-requests": f"{used * 86.4:.3f}s",  # full again in a day
         }
-        CredentialPool.dispatch(P, lambda key: Answer(200, headers), model="m", now=float(used))
+        CredentialPool.dispatch(P, answering(headers), model="m", now=float(used))
     assert model_cooldown.refill_reading(P, "m", None) == "continuous"
 
 
