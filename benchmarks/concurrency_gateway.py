@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 
 import redis  # noqa: F401  # imported now, so the first request does not pay for it
-import requests
 from concurrency import KEYS, PROVIDER, one_request  # benchmarks/concurrency.py
 from flask import Flask, Response, request
+from fleet import thread_session  # benchmarks/fleet.py
 
 from cooldown import CredentialPool
 
@@ -24,14 +23,11 @@ for index, key in enumerate(KEYS[1:], start=1):
 CredentialPool.register(PROVIDER, "BENCH_CONCURRENCY_KEY")
 
 app = Flask(__name__)
-_sessions = threading.local()
 _counter = itertools.count()
 
 
 @app.post("/v1/chat/completions")
 def chat() -> Response:
-    if not hasattr(_sessions, "session"):
-        _sessions.session = requests.Session()
     model = (request.get_json(silent=True) or {}).get("model", "")
-    status = one_request(STRATEGY, UPSTREAM, model, _sessions.session, _counter)
+    status = one_request(STRATEGY, UPSTREAM, model, thread_session(), _counter)
     return Response("{}", status=status, mimetype="application/json")

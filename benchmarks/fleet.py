@@ -58,6 +58,17 @@ def open_loop(
     return answered
 
 
+_sessions = threading.local()
+
+
+def thread_session() -> requests.Session:
+    """This thread's HTTP session to the upstream (a gateway worker's threads keep one each)."""
+    if not hasattr(_sessions, "session"):
+        _sessions.session = requests.Session()
+    session: requests.Session = _sessions.session
+    return session
+
+
 def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
     """The median and the 99th percentile of `seconds`, in milliseconds (0 for none)."""
     ordered = sorted(seconds) or [0.0]

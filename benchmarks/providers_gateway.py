@@ -5,11 +5,11 @@ in `MODEL_COOLDOWN_REDIS_URL`. Not for use on its own."""
 from __future__ import annotations
 
 import os
-import threading
 
 import redis  # noqa: F401  # imported now, so the first request does not pay for it
 import requests
 from flask import Flask, Response, request
+from fleet import thread_session  # benchmarks/fleet.py
 from providers import gateway, register  # benchmarks/providers.py
 
 UPSTREAM = os.environ["BENCH_UPSTREAM_URL"]
@@ -17,14 +17,11 @@ STRATEGY = os.environ["BENCH_STRATEGY"]
 
 register(STRATEGY)
 app = Flask(__name__)
-_sessions = threading.local()
 
 
 @app.post("/v1/chat/completions")
 def chat() -> Response:
-    if not hasattr(_sessions, "session"):
-        _sessions.session = requests.Session()
-    session: requests.Session = _sessions.session
+    session = thread_session()
     body = request.get_json(silent=True) or {}
     model, tokens = str(body["model"]), int(body["tokens"])
 

@@ -5,23 +5,19 @@ through the Redis in `MODEL_COOLDOWN_REDIS_URL`. Not for use on its own."""
 from __future__ import annotations
 
 import os
-import threading
 
 import redis  # noqa: F401  # imported now, so the first request does not pay for it
-import requests
 from flask import Flask, Response
+from fleet import thread_session  # benchmarks/fleet.py
 from quotas import dispatch_one, register_library  # benchmarks/quotas.py
 
 UPSTREAM = os.environ["BENCH_UPSTREAM_URL"]
 os.environ["MODEL_COOLDOWN_USAGE_SECONDS"] = "10"
 register_library(os.environ["BENCH_STRATEGY"], UPSTREAM)
 app = Flask(__name__)
-_sessions = threading.local()
 
 
 @app.post("/v1/chat/completions")
 def chat() -> Response:
-    if not hasattr(_sessions, "session"):
-        _sessions.session = requests.Session()
-    status = dispatch_one(UPSTREAM, _sessions.session)
+    status = dispatch_one(UPSTREAM, thread_session())
     return Response("{}", status=status, mimetype="application/json")
