@@ -206,7 +206,7 @@ def locks_held_by_another_thread() -> Iterator[None]:
     from cooldown import config
 
     locks = [
-        model_cooldown._lock,
+        model_cooldown._state.lock,
         CredentialPool._lock,
         CredentialPool._legacy._lock,
         NanoGPTKeyPool._lock,
@@ -430,7 +430,7 @@ def test_new_paths_leak_no_names(
     assert "placeholder" in caplog.text
     assert "REDIS_URL is malformed" in caplog.text
     assert "SECRET" not in dump
-    assert b"SECRET" not in b"".join(model_cooldown._deadlines)
+    assert b"SECRET" not in b"".join(model_cooldown._state.deadlines)
 
 
 # -- placeholder values are not keys -------------------------------------------------------------

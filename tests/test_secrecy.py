@@ -91,7 +91,7 @@ def test_nothing_leaks(
     texts += [record.getMessage() for record in caplog.records]
     texts += [str(record.args) for record in caplog.records]
     texts += [repr(model_cooldown), repr(vars(model_cooldown)), str(model_cooldown.stats())]
-    table = b"".join(model_cooldown._deadlines)
+    table = b"".join(model_cooldown._state.deadlines)
     dump = "\n".join(texts)
     assert caplog.records, "the scenario should have logged the probe failures"
     for secret in [*SECRETS, "other-SECRET-model"]:
@@ -104,9 +104,9 @@ def test_store_state_holds_only_digests_and_numbers() -> None:
     throttled = recording_context(429, environ={"MODEL_COOLDOWN_ENABLED": "1"})["outcome"]
     for model in ("a", "b"):
         store.record("p", "sk-SECRET", throttled, model=model, now=0)
-    assert all(len(entry) == 64 for entry in store._deadlines)
-    assert all(isinstance(deadline, float) for deadline in store._deadlines.values())
-    assert all(isinstance(deadline, float) for deadline in store._schedule._expiry)
+    assert all(len(entry) == 64 for entry in store._state.deadlines)
+    assert all(isinstance(deadline, float) for deadline in store._state.deadlines.values())
+    assert all(isinstance(deadline, float) for deadline in store._state.schedule._expiry)
 
 
 def test_declared_windows_and_readings_hold_no_key_or_model(
@@ -134,7 +134,7 @@ def test_declared_windows_and_readings_hold_no_key_or_model(
         [
             str(refused.value),
             str(status),
-            repr(vars(pool.store._admission.declared)),
+            repr(vars(pool.store._state.admission.declared)),
             repr(vars(pool._usage)),
             *(record.getMessage() for record in caplog.records),
             *(repr(stored.dump(name)) for name in stored.scan_iter(f"{{{prefix}}}:*")),

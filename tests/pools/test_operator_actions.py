@@ -209,7 +209,7 @@ def test_clear_and_undrain_wake_the_waiters_of_their_provider(enabled: None, act
     )
     waiter.start()
     deadline = time.monotonic() + 5
-    while model_cooldown._waiters.waiting == 0:
+    while model_cooldown.waiters.waiting == 0:
         assert time.monotonic() < deadline
         time.sleep(0.005)
     acted_at = time.monotonic()

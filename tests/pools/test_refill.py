@@ -94,8 +94,8 @@ def test_a_fixed_window_is_learned_from_one_429_and_never_overrun_again() -> Non
     assert CredentialPool.status(P)["refill"] == "window"
     served = sum(1 for _, status in provider.sent if status == 200)
     assert served == 2 * 10  # every window used up, none overrun
-    assert model_cooldown.refill_reading(P, "m", None) == "window"
-    assert model_cooldown.refill_reading(P, "another model", None) == "continuous"
+    assert model_cooldown.refills.refill_reading(P, "m", None) == "window"
+    assert model_cooldown.refills.refill_reading(P, "another model", None) == "continuous"
 
 
 @pytest.mark.parametrize("keys", [1, 3])
@@ -120,7 +120,7 @@ def test_a_siblings_collision_on_a_continuous_bucket_teaches_no_window() -> None
     drive(CredentialPool, provider, range(0, 600))
     assert provider.throttles() > 0  # the collisions happened
     assert CredentialPool.status(P)["refill"] == "continuous"
-    assert model_cooldown.refill_reading(P, "m", None) == "continuous"
+    assert model_cooldown.refills.refill_reading(P, "m", None) == "continuous"
     served = sum(1 for _, status in provider.sent if status == 200)
     assert served >= 6 + 600 * 6 // 60 - 2  # its refill is used, not held to a reset
 
@@ -136,7 +136,7 @@ def test_a_daily_counter_whose_reset_outlasts_the_maximum_teaches_nothing() -> N
             "x-ratelimit-reset-requests": f"{used * 86.4:.3f}s",  # full again in a day
         }
         CredentialPool.dispatch(P, answering(headers), model="m", now=float(used))
-    assert model_cooldown.refill_reading(P, "m", None) == "continuous"
+    assert model_cooldown.refills.refill_reading(P, "m", None) == "continuous"
 
 
 def test_the_429_that_teaches_holds_the_key_until_the_reset() -> None:
@@ -168,7 +168,7 @@ def test_register_fixes_the_reading_and_nothing_is_learned() -> None:
     drive(CredentialPool, provider, range(180, 600))
     assert provider.throttles() > 1  # told continuous: every early request stays
     assert CredentialPool.status(P)["refill"] == "continuous"
-    assert model_cooldown.provider_refill(P) == "unknown"
+    assert model_cooldown.refills.provider_refill(P) == "unknown"
 
 
 @pytest.mark.parametrize("refill", ["sometimes", "", True, None, 1])
@@ -183,7 +183,7 @@ def test_reset_forgets_learned_readings() -> None:
     assert CredentialPool.status(P)["refill"] == "window"
     model_cooldown.reset()
     assert CredentialPool.status(P)["refill"] == "unknown"
-    assert model_cooldown.refill_reading(P, "m", None) == "continuous"
+    assert model_cooldown.refills.refill_reading(P, "m", None) == "continuous"
 
 
 def test_pool_objects_learn_for_themselves() -> None:
@@ -216,9 +216,9 @@ def test_a_window_learned_in_one_process_holds_in_another(fleet: list[Credential
             first.dispatch(P, provider.send_at(float(offset)), model="m", now=base + offset)
     assert provider.throttles() == 1
     later = base + 61  # past the quarter second the fleet's read is reused
-    assert second.store.refill_reading(P, "m", None, now=later) == "window"
+    assert second.store.refills.refill_reading(P, "m", None, now=later) == "window"
     assert second.status(P, now=later)["refill"] == "window"
-    assert second.store.refill_reading(P, "other", None, now=later) == "continuous"
+    assert second.store.refills.refill_reading(P, "other", None, now=later) == "continuous"
 
 
 def test_several_keys_windows_show_across_the_fleet_before_any_429(
@@ -239,7 +239,9 @@ def test_several_keys_windows_show_across_the_fleet_before_any_429(
             )
     assert provider.throttles() == 0
     later = base + 181  # past the quarter second the fleet's read is reused
-    assert all(pool.store.refill_reading(P, "m", None, now=later) == "window" for pool in pools)
+    assert all(
+        pool.store.refills.refill_reading(P, "m", None, now=later) == "window" for pool in pools
+    )
     served = sum(1 for _, status in provider.sent if status == 200)
     assert served == 5 * 3 * 3
 
@@ -284,5 +286,5 @@ def test_an_attempt_only_the_fleets_refill_admitted_teaches_the_window(
     with pytest.raises(ModelCooldownExhausted):  # its 429: now every key cools
         second.dispatch(P, provider.send_at(31.0), model="m", now=base + 31)
     assert provider.sent[-1] == (31.0, 429)
-    assert second.store.refill_reading(P, "m", None, now=base + 31) == "window"
-    assert first.store.refill_reading(P, "m", None, now=base + 32) == "window"
+    assert second.store.refills.refill_reading(P, "m", None, now=base + 31) == "window"
+    assert first.store.refills.refill_reading(P, "m", None, now=base + 32) == "window"

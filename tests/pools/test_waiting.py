@@ -23,6 +23,7 @@ from cooldown import (
     status_blueprint,
 )
 from cooldown.shared.observations import RedisObservations
+from cooldown.store import CallScope
 
 from ..conftest import longest_loop_gap
 
@@ -83,7 +84,7 @@ def waiting_in_a_thread(send: Callable[[str], Answer], *, wait: float) -> thread
     )
     thread.start()
     deadline = time.monotonic() + BOUND
-    while model_cooldown._waiters.waiting == 0:
+    while model_cooldown.waiters.waiting == 0:
         assert time.monotonic() < deadline
         time.sleep(0.005)
     return thread
@@ -220,19 +221,19 @@ def test_waiters_are_served_first_come_first_served_under_8_threads() -> None:
     for index in range(8):
         thread = threading.Thread(
             target=store.wait_for_key,
-            args=(P, "m", None, refusal, lambda index=index: admit(index)),
+            args=(CallScope(P, "m"), refusal, lambda index=index: admit(index)),
             kwargs={"seconds": BOUND, "max_waiters": 64},
         )
         thread.start()
         deadline = time.monotonic() + BOUND
-        while store._waiters.waiting < index + 1:  # queued in this order
+        while store.waiters.waiting < index + 1:  # queued in this order
             assert time.monotonic() < deadline
             time.sleep(0.002)
         threads.append(thread)
     for count in range(1, 9):
         with lock:
             tokens.append(1)
-        store._waiters.notify()
+        store.waiters.notify()
         deadline = time.monotonic() + BOUND
         while len(served) < count:
             assert time.monotonic() < deadline
@@ -370,7 +371,7 @@ async def waiting_task(send: Callable[[str], Any], wait: float) -> asyncio.Task[
     """An `adispatch` with `wait` as a task of its own, returned once it waits for a key."""
     task = asyncio.ensure_future(CredentialPool.adispatch(P, send, model="m", wait=wait))
     deadline = time.monotonic() + BOUND
-    while model_cooldown._waiters.waiting == 0:
+    while model_cooldown.waiters.waiting == 0:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.005)
     return task
@@ -401,7 +402,7 @@ def test_a_cancelled_async_waiter_leaves_at_once_and_takes_no_key(
                     CredentialPool.adispatch(P, send, model="m", wait=5), timeout=0.2
                 )
         deadline = time.monotonic() + 0.5
-        while model_cooldown._waiters.waiting:  # its place is given back at once
+        while model_cooldown.waiters.waiting:  # its place is given back at once
             assert time.monotonic() < deadline, "the gone waiter still holds its place"
             await asyncio.sleep(0.005)
         live = await waiting_task(send, wait=5)  # the cap (1) takes a live caller now
@@ -430,7 +431,7 @@ def test_an_answer_reaches_its_caller_at_once_with_4096_waiters_of_other_provide
         return Answer(200)
 
     def waiting() -> int:
-        return sum(pool.store._waiters.waiting for pool in pools)
+        return sum(pool.store.waiters.waiting for pool in pools)
 
     async def scenario() -> float:
         crowd = [

@@ -227,8 +227,8 @@ def test_per_model_counts_count_each_cooldown_once_with_sharing(
     for model in ("gpt-a", "gpt-b"):
         first.record(P, K1, THROTTLED, model=model, retry_after_seconds=30, now=T)
     second.record(P, K2, THROTTLED, model="gpt-a", retry_after_seconds=30, now=T)
-    assert first.scoped_counts(P, KEYS, now=T + 1) == [2, 1]
-    assert second.scoped_counts(P, KEYS, now=T + 1) == [2, 1]
+    assert first.inspection.scoped_counts(P, KEYS, now=T + 1) == [2, 1]
+    assert second.inspection.scoped_counts(P, KEYS, now=T + 1) == [2, 1]
 
 
 # -- what Redis holds ---------------------------------------------------------------------------

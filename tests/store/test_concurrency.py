@@ -135,7 +135,7 @@ def test_configured_order_keeps_filling_the_first_key(keys: list[str], upstream:
 
 
 def in_flight() -> int:
-    admission: Admission = model_cooldown._admission
+    admission: Admission = model_cooldown._state.admission
     return sum(admission._in_flight.values())
 
 
@@ -289,7 +289,7 @@ def test_the_bookkeeping_stays_bounded_and_keeps_the_newest() -> None:
         taken = store.admit(P, [key], model=MODEL, now=200.0)
         assert taken is not None
         store.finish(taken[1], served=True)
-    admission = store._admission
+    admission = store._state.admission
     assert len(admission._throttled_at) <= RECENT_THROTTLES
     assert len(admission._last_dispatch) <= MAX_TRACKED
     # All were sent at 200: the newest is remembered, the oldest forgotten, so it goes first.

@@ -94,7 +94,7 @@ class Attempts(RuleBasedStateMachine):
     @invariant()
     def counts_match(self) -> None:
         self._expire()
-        admission = self.stores[0]._admission
+        admission = self.stores[0]._state.admission
         admission.expire(self.now)
         expected: dict[bytes, int] = {}
         for _, attempt, _ in self.open:
@@ -132,7 +132,7 @@ class SharedAttempts(Attempts):
             assert attempt.shared is not None
             entry = attempt.shared.entry.encode()
             expected[entry] = expected.get(entry, 0) + 1
-        backend = self.stores[0]._shared.backend  # type: ignore[union-attr]
+        backend = self.stores[0].shared
         now_ms = backend._to_wall_ms(self.now)  # type: ignore[attr-defined]
         client = redis.Redis.from_url(TEST_REDIS_URL)
         counted = client.hgetall(f"{{{self.prefix}}}:inflight")

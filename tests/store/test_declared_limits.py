@@ -132,7 +132,7 @@ def test_explain_names_a_declared_limit() -> None:
     limits = {"requests": {"minute": 1}}
     take(store, scope(limits, 0.0), KEYS[:1])
     assert store.explain(scope(limits, 1.0), KEYS) == [("limit", 61.0), (None, 0.0)]
-    counts = store.declared_counts(scope(limits, 1.0), KEYS)
+    counts = store.inspection.declared_counts(scope(limits, 1.0), KEYS)
     assert counts[0] == [
         {"counter": "requests", "unit": "minute", "used": 1, "limit": 1, "resets_in": 60}
     ]
@@ -225,7 +225,7 @@ def test_every_process_shows_the_fleets_counts(process: Callable[[], ModelCooldo
     for worker in workers:
         take(worker, scope(limits, at), KEYS[:1])
     for worker in workers:  # each took one, each shows both, and the key held
-        [row] = worker.declared_counts(scope(limits, at + 1), KEYS[:1])
+        [row] = worker.inspection.declared_counts(scope(limits, at + 1), KEYS[:1])
         assert row[0]["used"] == 2
         [(reason, release)] = worker.explain(scope(limits, at + 1), KEYS[:1])
         assert reason == "limit"

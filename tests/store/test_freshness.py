@@ -153,4 +153,6 @@ def test_32_threads_with_answers_out_of_order_do_not_overdraw(
 def test_finished_attempts_no_budget_can_count_are_not_kept(store: ModelCooldown) -> None:
     for now in range(2000):  # answered, with no budget anywhere and nothing else in flight
         store.finish(admit(store, float(now)), served=True)
-    assert store._admission._unseen._starts == {}  # nothing grows without a budget to count it
+    assert (
+        store._state.admission._unseen._starts == {}
+    )  # nothing grows without a budget to count it

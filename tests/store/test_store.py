@@ -409,7 +409,7 @@ def test_churn_keeps_the_schedule_bounded(store: ModelCooldown) -> None:
         store.record(P, KEY, THROTTLED, model="a", retry_after_seconds=1 + step, now=step)
         store.record(P, KEY, ACCEPTED, model="a", now=step)
     assert store.entry_count == 0
-    assert store._schedule.scheduled <= 2 * store.entry_count + 64
+    assert store._state.schedule.scheduled <= 2 * store.entry_count + 64
 
 
 def test_stats_are_counts_only(store: ModelCooldown) -> None:
@@ -487,7 +487,7 @@ def test_no_raw_names_in_state_logs_or_errors(
     )
     for secret in secrets:
         assert secret not in dumped
-        assert secret.encode() not in b"".join(store._deadlines)
+        assert secret.encode() not in b"".join(store._state.deadlines)
 
 
 def test_a_now_read_a_moment_earlier_never_truncates_the_table(mocker: MockerFixture) -> None:

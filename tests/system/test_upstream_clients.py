@@ -273,7 +273,7 @@ def test_an_answer_that_is_not_a_key_problem_is_raised_as_it_came(
 def test_a_parsed_result_is_returned_unchanged(pool: None, upstream: Upstream) -> None:
     result = dispatch(openai_create, upstream)
     assert isinstance(result, openai.types.chat.ChatCompletion)
-    assert sum(model_cooldown._admission._in_flight.values()) == 0
+    assert sum(model_cooldown._state.admission._in_flight.values()) == 0
 
 
 def test_an_sdk_stream_is_read_by_its_response_and_returned_unread(
@@ -354,7 +354,7 @@ def test_a_transport_failure_cools_nothing_and_propagates_unchanged(pool: None) 
 
     with pytest.raises(openai.APIConnectionError):
         CredentialPool.dispatch(P, send, model=MODEL)
-    assert sum(model_cooldown._admission._in_flight.values()) == 0
+    assert sum(model_cooldown._state.admission._in_flight.values()) == 0
     assert CredentialPool.available(P, model=MODEL) == KEYS
 
 

@@ -146,7 +146,7 @@ def test_the_cli_acts_on_the_shared_state_with_redis(
         worker.register(P, keys=KEYS)
         worker.record(P, KEYS[0], 429, model="m", retry_after_seconds=300)
         runner = build_app().test_cli_runner()
-        result = runner.invoke(args=["cooldown", "clear", P, serving.label(P, KEYS[0])])
+        result = runner.invoke(args=["cooldown", "clear", P, serving.operators.label(P, KEYS[0])])
         assert result.exit_code == 0, result.output
         assert json.loads(result.output)["state"] == "ready"
         assert worker.available(P, model="m", now=time.monotonic() + 1) == KEYS

@@ -60,7 +60,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
         "keys": [
             {
                 "index": 1,
-                "label": model_cooldown.label(P, KEYS[0]),
+                "label": model_cooldown.operators.label(P, KEYS[0]),
                 "state": "cooling",
                 "reason": "scope",
                 "retry_after": 30,
@@ -69,7 +69,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
             },
             {
                 "index": 2,
-                "label": model_cooldown.label(P, KEYS[1]),
+                "label": model_cooldown.operators.label(P, KEYS[1]),
                 "state": "ready",
                 "reason": None,
                 "retry_after": None,
@@ -78,7 +78,7 @@ def test_scoped_status_names_positions_reasons_and_seconds(enabled: None, three_
             },
             {
                 "index": 3,
-                "label": model_cooldown.label(P, KEYS[2]),
+                "label": model_cooldown.operators.label(P, KEYS[2]),
                 "state": "cooling",
                 "reason": "credential",
                 "retry_after": 290,
@@ -104,7 +104,7 @@ def test_legacy_status(three_keys: None) -> None:
     status = CredentialPool.status(P, model=MODEL, now=10)  # flag off: legacy path
     assert status["keys"][1] == {
         "index": 2,
-        "label": model_cooldown.label(P, KEYS[1]),
+        "label": model_cooldown.operators.label(P, KEYS[1]),
         "state": "cooling",
         "reason": "legacy",
         "retry_after": 50,

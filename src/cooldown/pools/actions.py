@@ -40,7 +40,7 @@ class PoolActions:
         - `label`: the key's label as `status()` shows it (`"k-..."`; `KeyError` when no key
           of the provider has it).
         """
-        return self._act("drain", CallScope(provider), label, self.store.drain)
+        return self._act("drain", CallScope(provider), label, self.store.operators.drain)
 
     @pool_method
     def undrain(self, provider: str, label: str) -> KeyStatus:
@@ -49,7 +49,7 @@ class PoolActions:
             "undrain",
             CallScope(provider),
             label,
-            lambda provider, key: self.store.drain(provider, key, drained=False),
+            lambda provider, key: self.store.operators.drain(provider, key, drained=False),
         )
 
     @pool_method
@@ -70,7 +70,7 @@ class PoolActions:
         def forget(provider: str, key: str) -> None:
             if model is None and quota_bucket is None:
                 self._legacy.clear(provider, key)
-            self.store.clear_key(scope, key)  # last: it wakes the waiters, the key free
+            self.store.operators.clear_key(scope, key)  # last: it wakes the waiters, the key free
 
         return self._act("clear", scope, label, forget)
 
@@ -91,7 +91,11 @@ class PoolActions:
             share_when_configured(self.store, current)
         keys = self.keys(provider)
         position = next(
-            (at for at, key in enumerate(keys, 1) if self.store.label(provider, key) == label),
+            (
+                at
+                for at, key in enumerate(keys, 1)
+                if self.store.operators.label(provider, key) == label
+            ),
             None,
         )
         if position is None:

@@ -315,7 +315,7 @@ class CredentialPool(KeyRecording, PoolActions):
 
         def leave() -> None:
             gone.set()
-            self.store.leave_wait(gone)
+            self.store.waiters.leave(gone)
 
         try:
             if threads is None:

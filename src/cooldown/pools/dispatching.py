@@ -207,11 +207,8 @@ class _ScopedDispatch:
             waiting_from = time.monotonic()
             if self.wait_until <= waiting_from:
                 raise
-            scope = self.scope
             taken = self.store.wait_for_key(
-                scope.provider,
-                scope.model,
-                scope.quota_bucket,
+                self.scope,
                 refusal,
                 lambda: self._admit_once(set(), waited=time.monotonic() - waiting_from),
                 seconds=self.wait_until - waiting_from,

@@ -130,8 +130,8 @@ def keys_status(
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
         share_when_configured(store, configured)
-    scoped = store.scoped_counts(provider, keys, now=now)
-    drained = store.drained_keys(provider, list(keys), now=now)
+    scoped = store.inspection.scoped_counts(provider, keys, now=now)
+    drained = store.operators.drained_keys(provider, list(keys), now=now)
     explained: Sequence[tuple[Reason | None, float]]
     counted: list[list[WindowStatus]] | None = None
     if current is None:  # unscoped: the pool's own rests decide, and with the feature on
@@ -151,7 +151,7 @@ def keys_status(
             provider, model, quota_bucket, now, ceiling, accounts, cost=cost, limits=limits
         )
         explained = store.explain(scope, keys, legacy_rest_until=rests)
-        counted = store.declared_counts(scope, keys) if limits is not None else None
+        counted = store.inspection.declared_counts(scope, keys) if limits is not None else None
     status = pool_status(
         provider,
         explained,
@@ -159,13 +159,13 @@ def keys_status(
         now,
         ceiling,
         labels,
-        key_labels=[store.label(provider, key) for key in keys],
+        key_labels=[store.operators.label(provider, key) for key in keys],
         drained=[key in drained for key in keys],
-        refill=store.provider_refill(provider, now=now) if refill is None else refill,
+        refill=store.refills.provider_refill(provider, now=now) if refill is None else refill,
     )
-    pending = store.fleet_pending(provider, list(keys))
+    pending = store.operators.fleet_pending(provider, list(keys))
     read = usage is not None and usage.has_reader(provider)
-    shared = store.fleet_readings(provider, keys, now=now) if read else {}
+    shared = store.operators.fleet_readings(provider, keys, now=now) if read else {}
     for position, (key, row) in enumerate(zip(keys, status["keys"], strict=True)):
         if key in pending:
             row["fleet"] = "pending"

@@ -105,7 +105,11 @@ class KeySelection:
             return {}
         positions = self.key_positions(provider)
         return labels_by_key(
-            keys, grouped, positions, provider, lambda key: self.store.label(provider, key)
+            keys,
+            grouped,
+            positions,
+            provider,
+            lambda key: self.store.operators.label(provider, key),
         )
 
     @pool_method
@@ -122,7 +126,7 @@ class KeySelection:
         """The candidates an operator has not drained (no digest at all while none is); a
         key another process cleared leaves this pool's own rests too."""
         cleared: list[str] = []
-        drained = self.store.drained_keys(provider, candidates, now=now, cleared=cleared)
+        drained = self.store.operators.drained_keys(provider, candidates, now=now, cleared=cleared)
         for key in cleared:
             self._legacy.clear(provider, key)
         return [key for key in candidates if key not in drained] if drained else candidates

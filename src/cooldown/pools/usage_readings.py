@@ -135,16 +135,18 @@ class UsageReadings:
         called = 0
         for provider, reader in list(self._readers.items()):
             for key in pool.keys(provider):
-                label = pool.store.label(provider, key)
+                label = pool.store.operators.label(provider, key)
                 if not self._take(provider, label, current_time, current.usage_seconds):
                     continue
-                if not pool.store.take_usage_lease(provider, key, current.usage_seconds, now=now):
+                if not pool.store.operators.take_usage_lease(
+                    provider, key, current.usage_seconds, now=now
+                ):
                     continue  # another worker reads this key this period
                 called += 1
                 usage = self._call(provider, label, reader, key)
                 if usage is not None:
                     reading = self._keep(provider, label, usage, current_time)
-                    pool.store.share_reading(provider, key, reading)
+                    pool.store.operators.share_reading(provider, key, reading)
                     _apply(pool, provider, key, usage, current, current_time)
         return called
 
@@ -225,5 +227,5 @@ def _apply(
         pool._record_scoped(scope, key, spent, usage.resets_in, current, None)
     elif usage.remaining is not None and usage.remaining > 0:
         for each in [key, *pool.siblings(provider, key)]:
-            if pool.store.lift_quota(provider, each, now=now):
+            if pool.store.operators.lift_quota(provider, each, now=now):
                 pool._legacy.clear(provider, each)

@@ -253,17 +253,16 @@ class Admission:
 
     def start(
         self,
-        entry: bytes,
-        credential: bytes,
+        admitted: Admitted,
         now: float,
         lease: float,
         shared: tuple[bool, SharedAttempt, Refilled | None] | None = None,
         cost: int | None = None,
-        account: bytes | None = None,
     ) -> Attempt:
-        """Count one attempt in flight (and in its account's count); it is the probe when the
-        key's cooldown just ended (or, when the shared state admitted it, when the shared
-        state says so)."""
+        """Count one attempt on the `admitted` key in flight (and in its account's count); it
+        is the probe when the key's cooldown just ended (or, when the shared state admitted
+        it, when the shared state says so)."""
+        _, credential, entry, account = admitted
         self._next_token += 1
         token = self._next_token
         self._leases[token] = (entry, now + lease, account)

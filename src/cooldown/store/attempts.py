@@ -9,7 +9,7 @@ process-local bookkeeping decides, as without sharing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
@@ -20,75 +20,67 @@ from ..digests import (
     credential_prefix,
     scope_message,
 )
-from .admission import Attempt, Order
+from .admission import Attempt
 from .backend import Announced
 from .claims import Claim
 from .ending import ENDING, checked_budget, require_attempt
 from .lookup import gather
-from .parts import StoreParts
-from .refills import Refill
-from .scope import CallScope, call_scope
+from .operators import KeyActions
+from .parts import StoreState
+from .recording import Cooling, Recording
+from .refills import RefillReadings
+from .scope import CallScope
+from .selection import Selection
 from .shared_admission import admit_shared
 from .verdict import Verdict
 
 __all__ = ["Attempts"]
 
 
-class Attempts(StoreParts):
-    """Mixed into `ModelCooldown`: its selection (`_choose`) and lock, plus the bookkeeping."""
+class Attempts:
+    """Admits a key for one dispatch and counts it in flight; ends the attempt with what its
+    answer proved. Composed of the store's selection, recording, drains and refill readings.
+    """
 
-    _choose: Callable[..., list[str]]  # the store's one selection, under its lock
-    record: Callable[..., float | None]  # the store's recording (`policy.py`)
-    learn_refill: Callable[..., None]  # the refill readings (`refills.py`)
-    windows_shown: Callable[..., bool]
-    refill_reading: Callable[..., Refill]
-    drained_keys: Callable[..., set[str]]  # the operators' drains (`operators.py`)
+    def __init__(
+        self,
+        state: StoreState,
+        selection: Selection,
+        recording: Recording,
+        operators: KeyActions,
+        refills: RefillReadings,
+    ) -> None:
+        self._state = state
+        self._selection = selection
+        self._recording = recording
+        self._operators = operators
+        self._refills = refills
 
     def admit(
         self,
-        provider: str | CallScope,
+        scope: CallScope,
         keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "spread",
-        exclude: Collection[str] = (),
-        lease_seconds: float = 300.0,
-        cost: int | None = None,
-        accounts: Mapping[str, str] | None = None,
-        cleared: list[str] | None = None,
+        legacy_rest_until: Mapping[str, float] | None,
+        exclude: Collection[str],
+        lease_seconds: float,
+        cleared: list[str] | None,
     ) -> tuple[str, Attempt] | None:
-        """Choose a key for one dispatch and count it in flight, in one step, so no two
-        dispatches take the same probe. `None` when every free key is in `exclude` (or
-        none is in rotation); the 429 (`ModelCooldownExhausted`) when none is free. A key an
-        operator drained is never chosen; a key another process cleared since is added to
-        `cleared` (its rest in `legacy_rest_until` no longer holds it). `cost` (tokens) is
-        held against the key's token budget while the attempt is in flight; `accounts` (key
-        -> label) makes the budgets of an account's keys one. End it with `settle` (or
-        `finish`). A refusal here is not counted in `exhausted_total`: the caller may wait
-        or rotate on; when the 429 reaches its client, `count_exhausted` says so (`dispatch`
-        does)."""
-        scope = call_scope(
-            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "spread"
-        )
+        """One dispatch's key, counted in flight (see `ModelCooldown.admit`)."""
         keys, legacy_rest_until = self._in_rotation(scope, keys, legacy_rest_until, cleared)
         taken = self._admitted(scope, keys, legacy_rest_until, exclude, lease_seconds)
         if taken is not None and self._in_windows(scope):  # as read now (see `settle`)
             taken = (taken[0], taken[1]._replace(reading="window"))
         if taken is not None and taken[1].probe:
-            with self._lock:
-                self._probes_total += 1
-            sharing = self._shared
+            with self._state.lock:
+                self._state.probes_total += 1
+            sharing = self._state.shared
             if sharing is not None:
                 sharing.backend.add_to_fleet("probes_total", taken[1].started)
         return taken
 
     def _in_windows(self, scope: CallScope) -> bool:
         """Does the provider refill this scope in windows, as learned so far?"""
-        reading = self.refill_reading(
+        reading = self._refills.refill_reading(
             scope.provider, scope.model, scope.quota_bucket, now=scope.now
         )
         return reading == "window"
@@ -102,10 +94,14 @@ class Attempts(StoreParts):
     ) -> tuple[Sequence[str], Mapping[str, float] | None]:
         """The keys no operator drained, and the legacy rests without those of keys another
         process cleared since (named in `cleared`)."""
-        if self._shared is None and not self._drained:  # the common case: nothing to read
+        if (
+            self._state.shared is None and not self._state.drained
+        ):  # the common case: nothing to read
             return keys, legacy_rest_until
         followed: list[str] = []
-        drained = self.drained_keys(scope.provider, list(keys), now=scope.now, cleared=followed)
+        drained = self._operators.drained_keys(
+            scope.provider, list(keys), now=scope.now, cleared=followed
+        )
         if drained:
             keys = [key for key in keys if key not in drained]
         if followed:
@@ -131,21 +127,21 @@ class Attempts(StoreParts):
         if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
             raise TypeError("exclude must be a collection of keys, not a single string")
         cost = check_cost(scope.cost)
-        sharing = self._shared
+        sharing = self._state.shared
         claim = Claim(
             frozenset(exclude), lease, deferred=sharing is not None, cost=cost, limits=scope.limits
         )
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
-        self._choose(
+        self._selection.choose(
             "eligible", gather(None, scope, keys, legacy_rest_until), scope.order, claim, cost
         )
         if sharing is None or not claim.candidates:
             return claim.taken
-        answered, taken = admit_shared(self, sharing, claim, scope)
+        answered, taken = admit_shared(self._state, sharing, claim, scope)
         if not answered:  # Redis did not answer: this process's bookkeeping decides
             local = Claim(claim.exclude, lease, cost=cost, limits=scope.limits)
             lookup = gather(sharing, scope, keys, legacy_rest_until)
-            self._choose("eligible", lookup, scope.order, local, cost)
+            self._selection.choose("eligible", lookup, scope.order, local, cost)
             return local.taken
         return taken
 
@@ -165,10 +161,10 @@ class Attempts(StoreParts):
         that got no answer (`answered=False`: a timeout, a refused connection) spends no
         provider budget."""
         require_attempt(attempt)
-        with self._lock:
-            self._admission.finish(attempt, served=served, answered=answered)
-        self._waiters.notify()  # the attempt no longer holds its key
-        sharing = self._shared
+        with self._state.lock:
+            self._state.admission.finish(attempt, served=served, answered=answered)
+        self._state.waiters.notify()  # the attempt no longer holds its key
+        sharing = self._state.shared
         if attempt.shared is not None and sharing is not None:  # no lock across the round trip
             sharing.backend.end(attempt.shared, served=served)
 
@@ -184,14 +180,14 @@ class Attempts(StoreParts):
         deadline = None
         if verdict is not None:
             scope = verdict.scope
-            if verdict.fixed == "auto" and self.windows_shown(
+            if verdict.fixed == "auto" and self._refills.windows_shown(
                 attempt.entry if attempt.account is None else attempt.account,
                 _uncapped(verdict.requests, scope.max_seconds),
                 _uncapped(verdict.tokens, scope.max_seconds),
             ):
                 verdict = verdict._replace(refill="window")
             if verdict.refill is not None:
-                self.learn_refill(
+                self._refills.learn_refill(
                     scope.provider, scope.model, scope.quota_bucket, verdict.refill, now=scope.now
                 )
             if attempt.shared is None:
@@ -213,7 +209,7 @@ class Attempts(StoreParts):
         if verdict.tokens is not None:
             tokens, reset, limit = verdict.tokens
             limit = None if windows else limit
-            self._keep_budget("tokens", scope, key, tokens, reset, limit, None, attempt)
+            self.keep_budget("tokens", scope, key, (tokens, reset, limit), None, attempt)
             if verdict.token_shortfall:
                 return None  # the key's tokens are kept; smaller requests still fit
         deadline = self._cool(attempt, verdict, key, verdict.retry_after_seconds)
@@ -224,97 +220,30 @@ class Attempts(StoreParts):
         if verdict.requests is not None:
             requests, reset, limit = verdict.requests
             limit = None if windows else limit
-            self._keep_budget("requests", scope, key, requests, reset, limit, None, attempt)
+            self.keep_budget("requests", scope, key, (requests, reset, limit), None, attempt)
         return deadline
 
     def _cool(
         self, attempt: Attempt, verdict: Verdict, key: str, advice: float | None
     ) -> float | None:
-        scope = verdict.scope
-        return self.record(
-            scope.provider,
-            key,
-            verdict.outcome,
-            model=scope.model,
-            quota_bucket=scope.quota_bucket,
-            credential_wide_auth=verdict.credential_wide_auth,
-            retry_after_seconds=advice,
-            fallback_seconds=verdict.fallback_seconds,
-            max_seconds=scope.max_seconds,
-            now=scope.now,
-            sent_at=attempt.started,
+        cooling = Cooling(
+            verdict.credential_wide_auth, advice, verdict.fallback_seconds, attempt.started
         )
+        return self._recording.record(verdict.scope, key, verdict.outcome, cooling)
 
-    def record_budget(
-        self,
-        provider: str | CallScope,
-        credential: str,
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        remaining: int,
-        reset_seconds: float,
-        limit: int | None = None,
-        now: float | None = None,
-        account: str | None = None,
-        sent_at: float | None = None,
-        attempt: Attempt | None = None,
-    ) -> None:
-        """A provider said `remaining` requests are left until its window resets (of `limit`,
-        when it said that too: then they refill continuously towards it until the reset).
-        With the label of the `account` the credential is in, the budget is the account's.
-        It is as of `sent_at` (the `attempt`'s start, else `now`): an answer stamped earlier
-        than the budget kept replaces nothing, and attempts started since spend from it."""
-        accounts = None if account is None else {credential: account}
-        scope = call_scope(
-            provider, model, quota_bucket, now, 3600, accounts, "configured", None, "configured"
-        )
-        self._keep_budget(
-            "requests", scope, credential, remaining, reset_seconds, limit, sent_at, attempt
-        )
-
-    def record_token_budget(
-        self,
-        provider: str | CallScope,
-        credential: str,
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        remaining: int,
-        reset_seconds: float,
-        limit: int | None = None,
-        now: float | None = None,
-        account: str | None = None,
-        sent_at: float | None = None,
-        attempt: Attempt | None = None,
-    ) -> None:
-        """A provider said `remaining` tokens are left until `reset_seconds` (of `limit`, when
-        it said that too: then they refill continuously towards it until the reset): a
-        request costing more than there are, less what attempts started since `sent_at`
-        cost, waits until enough is back or goes to another key. The `account`'s, when it
-        is given. Shared like the request budget, with the attempt's end."""
-        accounts = None if account is None else {credential: account}
-        scope = call_scope(
-            provider, model, quota_bucket, now, 3600, accounts, "configured", None, "configured"
-        )
-        self._keep_budget(
-            "tokens", scope, credential, remaining, reset_seconds, limit, sent_at, attempt
-        )
-
-    def _keep_budget(
+    def keep_budget(
         self,
         kind: Literal["requests", "tokens"],
         scope: CallScope,
         credential: str,
-        remaining: object,
-        reset_seconds: object,
-        limit: object,
+        announced: tuple[object, object, object],
         sent_at: float | None,
         attempt: Attempt | None,
     ) -> None:
-        """Check an announced budget, keep it for the credential (or its account in
-        `scope.accounts`) as of its stamp and, inside an attempt's ending, hand it to the
-        attempt's end for the shared state."""
+        """Check an announced budget (remaining, reset seconds, limit or `None`), keep it
+        for the credential (or its account in `scope.accounts`) as of its stamp and, inside
+        an attempt's ending, hand it to the attempt's end for the shared state."""
+        remaining, reset_seconds, limit = announced
         remaining, reset = checked_budget(remaining, reset_seconds)
         if limit is not None:
             limit, _ = checked_budget(limit, 0)
@@ -327,8 +256,12 @@ class Attempts(StoreParts):
         stamp = current_time if attempt is None else attempt.started
         if sent_at is not None:
             stamp = min(current_time, resolve_now(sent_at))
-        with self._lock:
-            keep = self._admission.budget if kind == "requests" else self._admission.token_budget
+        with self._state.lock:
+            keep = (
+                self._state.admission.budget
+                if kind == "requests"
+                else self._state.admission.token_budget
+            )
             keep(
                 entry,
                 remaining,
@@ -337,13 +270,13 @@ class Attempts(StoreParts):
                 stamp,
                 None if attempt is None else attempt.token,
             )
-        announced = (remaining, stamp + reset, limit)
+        kept = (remaining, stamp + reset, limit)
         ending = ENDING.get()
         if ending is not None:  # shared with the attempt's end, as of the same stamp
             if kind == "requests":
-                ending.budget = announced
+                ending.budget = kept
             else:
-                ending.tokens = announced
+                ending.tokens = kept
             ending.stamp = stamp if ending.stamp is None else min(ending.stamp, stamp)
             ending.now = max(ending.now, current_time)
 
@@ -360,7 +293,9 @@ class Attempts(StoreParts):
             credential_part = account_message(prefix, account)
         if message is None:
             return None
-        return self._digest(credential_part) + self._digest(message), resolve_now(scope.now)
+        return self._state.digest(credential_part) + self._state.digest(message), resolve_now(
+            scope.now
+        )
 
 
 def _uncapped(budget: Announced | None, max_seconds: float) -> Announced | None:

@@ -72,14 +72,12 @@ class Claim:
             self.excluded_free = len(self.candidates) < len(admitted)
             self.now, self.earliest, self.ceiling = now, earliest, ceiling
             return
-        for key, credential, entry, account in admitted:
-            if key not in self.exclude:
-                attempt = admission.start(
-                    entry, credential, now, self.lease, cost=self.cost, account=account
-                )
+        for item in admitted:
+            if item[0] not in self.exclude:
+                attempt = admission.start(item, now, self.lease, cost=self.cost)
                 if self.limits is not None:
                     self.counted(admission, attempt, self.limits)
-                self.taken = (key, attempt)
+                self.taken = (item[0], attempt)
                 return
 
     def counted(self, admission: Admission, attempt: Attempt, limits: DeclaredLimits) -> None:

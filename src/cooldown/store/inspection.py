@@ -7,15 +7,14 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from ..arguments import check_cost, require_keys, require_str, resolve_now
-from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
+from ..digests import credential_message, credential_prefix, scope_message
 from .accounts import account_entries, checked_labels
-from .admission import Admission
 from .budget import DIGEST_SIZE
 from .declared import WindowReader, WindowStatus, hold_in, status_in, window_id
 from .lookup import Lookup, gather
-from .parts import StoreParts
+from .parts import StoreState
 from .quota_marks import held_by_quota
-from .scope import CallScope, call_scope
+from .scope import CallScope
 from .selection import Reason
 
 __all__ = ["Inspection"]
@@ -28,63 +27,29 @@ _LOCAL_ONLY = {
 }
 
 
-class Inspection(StoreParts):
-    """The store's read-only questions for operators; counts nothing, raises no cooldown error.
+class Inspection:
+    """The store's read-only questions for operators; counts nothing, raises no cooldown
+    error. Reads the store's state under its lock."""
 
-    Mixed into `ModelCooldown`, whose state it reads under the store's lock.
-    """
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
 
     def explain(
         self,
-        provider: str | CallScope,
+        scope: CallScope,
         keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        accounts: Mapping[str, str] | None = None,
-        cost: int | None = None,
+        legacy_rest_until: Mapping[str, float] | None,
     ) -> list[tuple[Reason | None, float]]:
-        """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
-
-        The reason is the observation that holds the key longest: `"credential"` (or
-        `"quota"` when that is a spent quota), `"scope"` or `"legacy"`; for a scope, a key
-        free of those is held by `"probe"` while its probe is out and by `"budget"` while
-        its announced request budget, or its tokens for a request of `cost` (default: one
-        token), are spent (its account's, with `accounts` mapping a key to its account's
-        label); a free key during an overflow is held by `"capacity"`.
-        Counts nothing and raises no cooldown error: this is for operators, not routes.
-        """
-        scope = call_scope(
-            provider,
-            model,
-            quota_bucket,
-            now,
-            max_seconds,
-            accounts,
-            "configured",
-            cost,
-            "configured",
-        )
+        """Per key, why it is not selectable and until when (see `ModelCooldown.explain`)."""
         checked_cost = check_cost(scope.cost)
-        lookup = gather(self._shared, scope, keys, legacy_rest_until)
+        lookup = gather(self._state.shared, scope, keys, legacy_rest_until)
         ceiling, given_now, shared_overflow = lookup[0], lookup[5], lookup[7]
-        with self._lock:
+        with self._state.lock:
             current_time = time.monotonic() if given_now is None else given_now
-            self._schedule.advance(current_time, ceiling)
-            overflow = max(self._schedule.overflow_until, shared_overflow)
-            self._admission.expire(current_time)
-            explained = explain_keys(
-                self._deadlines,
-                self._digest,
-                self._admission,
-                lookup,
-                current_time,
-                overflow,
-                checked_cost,
-            )
+            self._state.schedule.advance(current_time, ceiling)
+            overflow = max(self._state.schedule.overflow_until, shared_overflow)
+            self._state.admission.expire(current_time)
+            explained = explain_keys(self._state, lookup, current_time, overflow, checked_cost)
         if any(reason == "credential" for reason, _ in explained):
             self._name_quotas(lookup[1], lookup[2], explained, current_time)
         fleet = self._fleet_windows(scope, lookup[2], current_time)
@@ -102,7 +67,7 @@ class Inspection(StoreParts):
     ) -> list[WindowReader] | None:
         """Each key's declared windows as the fleet counted them (its own owner's, or its
         account's), read in one round trip; `None` without sharing, limits or an answer."""
-        sharing, limits = self._shared, scope.limits
+        sharing, limits = self._state.shared, scope.limits
         message = scope_message(scope.model, scope.quota_bucket)
         if sharing is None or limits is None or message is None or not keys:
             return None
@@ -134,14 +99,14 @@ class Inspection(StoreParts):
     ) -> None:
         """A credential-wide hold that is a spent quota (here, or marked by another process)
         is named `"quota"`; the shared marks are read outside the lock."""
-        sharing = self._shared
+        sharing = self._state.shared
         shared = None if sharing is None else sharing.backend.quota_marks(now)
-        with self._lock:
+        with self._state.lock:
             for position, (reason, release) in enumerate(explained):
                 if reason != "credential":
                     continue
                 message = credential_message(prefix, keys[position])
-                until = self._quota.until(self._digest(message))
+                until = self._state.quota.until(self._state.digest(message))
                 if sharing is not None and shared:
                     until = max(until, shared.get(sharing.digest(message).hex(), 0.0))
                 if held_by_quota(until, release):
@@ -158,14 +123,14 @@ class Inspection(StoreParts):
         fleet = self._fleet_windows(scope, keys, current_time)
         if fleet is not None:  # the fleet's counts include this process's
             return [status_in(read, limits, current_time) for read in fleet]
-        scope_digest = self._digest(message)
+        scope_digest = self._state.digest(message)
         labels = checked_labels(scope.accounts) if scope.accounts else {}
-        accounts = account_entries(self._digest, prefix, keys, labels, scope_digest)
-        with self._lock:
+        accounts = account_entries(self._state.digest, prefix, keys, labels, scope_digest)
+        with self._state.lock:
             return [
-                self._admission.declared.status(
+                self._state.admission.declared.status(
                     accounts.get(key)
-                    or self._digest(credential_message(prefix, require_str(key, "each key")))
+                    or self._state.digest(credential_message(prefix, require_str(key, "each key")))
                     + scope_digest,
                     limits,
                     current_time,
@@ -189,13 +154,13 @@ class Inspection(StoreParts):
         ]
         current_time = resolve_now(now)
         counts = [0] * len(messages)
-        if self._deadlines and messages:
-            with self._lock:  # a C-speed copy; the counting runs without the lock
-                held = list(self._deadlines.items())
-            wanted_local = {self._digest(message): i for i, message in enumerate(messages)}
+        if self._state.deadlines and messages:
+            with self._state.lock:  # a C-speed copy; the counting runs without the lock
+                held = list(self._state.deadlines.items())
+            wanted_local = {self._state.digest(message): i for i, message in enumerate(messages)}
             live = [entry for entry, deadline in held if deadline > current_time]
             _count_by_prefix(live, wanted_local, counts, DIGEST_SIZE)
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is not None and messages:
             shared = sharing.backend.live_entries(current_time)
             if shared is not None:
@@ -219,20 +184,20 @@ class Inspection(StoreParts):
         current_time = resolve_now(now)
         if not messages:
             return 0
-        sharing = self._shared
+        sharing = self._state.shared
         shared = None if sharing is None else sharing.backend.live_entries(current_time)
         if sharing is not None and shared is not None:
             credentials = {sharing.digest(message).hex() for message in messages}
             return _every_key_cooling(shared, credentials, 2 * DIGEST_SIZE)
-        with self._lock:  # a C-speed copy; the counting runs without the lock
-            held = list(self._deadlines.items())
+        with self._state.lock:  # a C-speed copy; the counting runs without the lock
+            held = list(self._state.deadlines.items())
         live = [entry for entry, deadline in held if deadline > current_time]
-        return _every_key_cooling(live, {self._digest(m) for m in messages}, DIGEST_SIZE)
+        return _every_key_cooling(live, {self._state.digest(m) for m in messages}, DIGEST_SIZE)
 
     def fleet(self, *, now: float | None = None) -> dict[str, int] | None:
         """Every process's counters added up in the shared state; `None` without sharing (or
         while Redis does not answer)."""
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is None:
             return None
         return sharing.backend.fleet_counts(resolve_now(now))
@@ -240,27 +205,31 @@ class Inspection(StoreParts):
     @property
     def entry_count(self) -> int:
         """Entries held as of the last prune; reading it does not prune."""
-        return len(self._deadlines)
+        return len(self._state.deadlines)
 
     @property
     def capacity(self) -> int:
-        return self._schedule.capacity
+        return self._state.schedule.capacity
 
     def stats(self) -> dict[str, int | bool]:
         """Counts only: safe to expose on a status endpoint."""
-        with self._lock:
+        with self._state.lock:
             return {
-                "live_observations": len(self._deadlines),
+                "live_observations": len(self._state.deadlines),
                 "capacity": self.capacity,
-                "overflow_active": self._schedule.overflow_until != 0.0,
-                "recorded_total": self._schedule.recorded_total,
-                "dropped_at_capacity_total": self._schedule.dropped_at_capacity_total,
-                "escalated_total": self._escalated_total,
-                "exhausted_total": self._exhausted_total,
-                "capacity_rejections_total": self._capacity_rejections_total,
-                "probes_total": self._probes_total,
-                **self._waiters.counts,
-                **(_LOCAL_ONLY if self._shared is None else self._shared.backend.stats()),
+                "overflow_active": self._state.schedule.overflow_until != 0.0,
+                "recorded_total": self._state.schedule.recorded_total,
+                "dropped_at_capacity_total": self._state.schedule.dropped_at_capacity_total,
+                "escalated_total": self._state.escalated_total,
+                "exhausted_total": self._state.exhausted_total,
+                "capacity_rejections_total": self._state.capacity_rejections_total,
+                "probes_total": self._state.probes_total,
+                **self._state.waiters.counts,
+                **(
+                    _LOCAL_ONLY
+                    if self._state.shared is None
+                    else self._state.shared.backend.stats()
+                ),
             }
 
 
@@ -291,19 +260,14 @@ def _count_by_prefix(
 
 
 def explain_keys(
-    deadlines: Mapping[bytes, float],
-    digest: PreparedHmac,
-    admission: Admission,
-    lookup: Lookup,
-    now: float,
-    overflow: float,
-    cost: int | None = None,
+    state: StoreState, lookup: Lookup, now: float, overflow: float, cost: int | None = None
 ) -> list[tuple[Reason | None, float]]:
     """Per key, the observation that holds it longest and until when; `(None, 0.0)` if free.
 
     A free key whose probe is out (`"probe"`) or whose announced budget is spent
     (`"budget"`) is held too, as `dispatch` sees it."""
     ceiling, prefix, keys, scope, legacy, _, shared, _, labels, limits = lookup
+    deadlines, digest, admission = state.deadlines, state.digest, state.admission
     scope_digest = None if scope is None else digest(scope)
     accounts = {}
     if scope_digest is not None:

@@ -1,6 +1,6 @@
 """An operator's hands on one key: its label, a drain, and a clear of what it was seen to do.
 
-Mixed into `ModelCooldown`. A drain is kept as the key's credential digest (locally, and as
+A part of `ModelCooldown`. A drain is kept as the key's credential digest (locally, and as
 its shared id in Redis, where it outlives any worker); a clear removes the key's entries.
 """
 
@@ -19,7 +19,7 @@ from ..digests import (
 )
 from .backend import Reading, Sharing
 from .budget import DIGEST_SIZE
-from .parts import StoreParts
+from .parts import StoreState
 from .quota_marks import held_by_quota
 from .scope import CallScope
 
@@ -34,19 +34,26 @@ def _key_message(provider: str, key: str) -> bytes:
     return credential_message(credential_prefix(provider), require_str(key, "key"))
 
 
-class KeyActions(StoreParts):
-    """Mixed into `ModelCooldown`: an operator's label, drain and clear of one key."""
+class KeyActions:
+    """An operator's label, drain and clear of one key, on the store's state."""
 
-    _marks_followed: dict[str, object]  # provider -> the last OperatorMarks whose clears of
-    # its keys this store followed (each provider follows every read of the fleet's marks)
-    _clears_followed: dict[str, float]  # shared credential id -> the latest clear followed
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
+        self._marks_followed: dict[str, object] = {}  # provider -> the last OperatorMarks
+        # whose clears of its keys this store followed (each provider follows every read)
+        self._clears_followed: dict[str, float] = {}  # shared credential id -> latest clear
+
+    def clear(self) -> None:
+        """Forget which of the fleet's clears were followed; the store's lock held."""
+        self._marks_followed.clear()
+        self._clears_followed.clear()
 
     def label(self, provider: str, key: str) -> str:
         """The key's operator label, `"k-"` and 8 hex digits: stable under the shared secret
         (so a fleet agrees on it), else within this store."""
         message = label_message(credential_prefix(provider), require_str(key, "key"))
-        sharing = self._shared
-        digest = self._digest if sharing is None else sharing.digest
+        sharing = self._state.shared
+        digest = self._state.digest if sharing is None else sharing.digest
         return "k-" + digest(message)[:4].hex()
 
     def drain(
@@ -56,24 +63,24 @@ class KeyActions(StoreParts):
         if not isinstance(drained, bool):
             raise TypeError("drained must be a bool")
         message = _key_message(provider, key)
-        local = self._digest(message)
-        with self._lock:
+        local = self._state.digest(message)
+        with self._state.lock:
             if not drained:
-                self._drained.discard(local)
-            elif local not in self._drained and len(self._drained) >= MAX_DRAINED:
+                self._state.drained.discard(local)
+            elif local not in self._state.drained and len(self._state.drained) >= MAX_DRAINED:
                 raise ValueError("too many drained keys")
             else:
-                self._drained.add(local)
+                self._state.drained.add(local)
         if not drained:
-            self._waiters.notify()  # the key is back: a waiter may take it now
-        sharing = self._shared
+            self._state.waiters.notify()  # the key is back: a waiter may take it now
+        sharing = self._state.shared
         if sharing is not None:  # no lock across the round trip
             sharing.backend.drain(sharing.digest(message).hex(), resolve_now(now), drained=drained)
 
     def fleet_pending(self, provider: str, keys: list[str]) -> set[str]:
         """Which of `keys` have an operator's action Redis has not taken yet (it acted in
         this process and is retried against Redis)."""
-        sharing = self._shared
+        sharing = self._state.shared
         pending = set() if sharing is None else sharing.backend.pending_actions()
         if not pending or sharing is None:
             return set()
@@ -94,7 +101,7 @@ class KeyActions(StoreParts):
         store's own. Another process's clear of one of them reaches this store's own
         entries here (and is added to `cleared`, for the pool's own rests). Without any
         drain or clear, no digest is computed."""
-        sharing = self._shared
+        sharing = self._state.shared
         shared = None
         if sharing is not None:
             marks = sharing.backend.operator_marks(resolve_now(now))
@@ -107,7 +114,7 @@ class KeyActions(StoreParts):
                     self._marks_followed[provider] = marks
                     if cleared is not None:
                         cleared.extend(followed)
-        if not (self._drained or shared):
+        if not (self._state.drained or shared):
             return set()
         prefix = credential_prefix(provider)
         drained = set()
@@ -116,7 +123,7 @@ class KeyActions(StoreParts):
             if sharing is not None and shared is not None:
                 if sharing.digest(message).hex() in shared:
                     drained.add(key)
-            elif self._digest(message) in self._drained:
+            elif self._state.digest(message) in self._state.drained:
                 drained.add(key)
         return drained
 
@@ -127,14 +134,14 @@ class KeyActions(StoreParts):
         provider, now = scope.provider, scope.now
         message = _key_message(provider, key)
         scoped = scope_message(scope.model, scope.quota_bucket)
-        credential = self._digest(message)
-        only = None if scoped is None else credential + self._digest(scoped)
+        credential = self._state.digest(message)
+        only = None if scoped is None else credential + self._state.digest(scoped)
 
         def matches(entry: bytes) -> bool:
             return entry == only if only is not None else entry[:DIGEST_SIZE] == credential
 
         self._forget_local(matches)
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is not None:  # no lock across the round trip
             shared_scope = None if scoped is None else sharing.digest(scoped).hex()
             shared_id = sharing.digest(message).hex()
@@ -146,17 +153,19 @@ class KeyActions(StoreParts):
         """The key has credit again (a usage reading says so): the cooldown of its spent
         quota ends, here and fleet-wide; anything else it cools for stays. Whether one did."""
         message = _key_message(provider, key)
-        credential = self._digest(message)
+        credential = self._state.digest(message)
         current_time = resolve_now(now)
         lifted = False
-        with self._lock:
-            self._schedule.advance(current_time, LARGEST_MAX_SECONDS)
-            release = self._deadlines.get(credential, 0.0)
-            if release > current_time and held_by_quota(self._quota.until(credential), release):
-                self._schedule.discard(credential)
-                self._quota.forget(credential.__eq__)
+        with self._state.lock:
+            self._state.schedule.advance(current_time, LARGEST_MAX_SECONDS)
+            release = self._state.deadlines.get(credential, 0.0)
+            if release > current_time and held_by_quota(
+                self._state.quota.until(credential), release
+            ):
+                self._state.schedule.discard(credential)
+                self._state.quota.forget(credential.__eq__)
                 lifted = True
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is not None:  # no lock across the round trips
             shared_id = sharing.digest(message).hex()
             if shared_id in (sharing.backend.quota_marks(current_time) or {}):
@@ -164,12 +173,12 @@ class KeyActions(StoreParts):
                 sharing.backend.forget_quota(shared_id, current_time)
                 lifted = True
         if lifted:
-            self._waiters.notify()
+            self._state.waiters.notify()
         return lifted
 
     def share_reading(self, provider: str, key: str, reading: Reading) -> None:
         """A usage reading of the key, for every worker's status (with sharing)."""
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is not None:
             shared_id = sharing.digest(_key_message(provider, key)).hex()
             sharing.backend.keep_reading(shared_id, reading, reading.read_at)
@@ -179,7 +188,7 @@ class KeyActions(StoreParts):
     ) -> dict[str, Reading]:
         """The last usage reading of each key any worker shared, by key (one round trip);
         none without sharing."""
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is None or not keys:
             return {}
         ids = {sharing.digest(_key_message(provider, key)).hex(): key for key in keys}
@@ -191,7 +200,7 @@ class KeyActions(StoreParts):
     ) -> bool:
         """May this process read the key's usage this period? Always without sharing (and
         while Redis does not answer); with it, when no other worker holds the key's lease."""
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is None:
             return True
         shared_id = sharing.digest(_key_message(provider, key)).hex()
@@ -199,12 +208,12 @@ class KeyActions(StoreParts):
         return taken is not False
 
     def _forget_local(self, matches: Callable[[bytes], bool]) -> None:
-        with self._lock:
-            for entry in [entry for entry in self._deadlines if matches(entry)]:
-                self._schedule.discard(entry)
-            self._admission.forget(matches)
-            self._quota.forget(matches)
-        self._waiters.notify()  # a key may be free now: its waiters need not sleep it out
+        with self._state.lock:
+            for entry in [entry for entry in self._state.deadlines if matches(entry)]:
+                self._state.schedule.discard(entry)
+            self._state.admission.forget(matches)
+            self._state.quota.forget(matches)
+        self._state.waiters.notify()  # a key may be free now: its waiters need not sleep it out
 
     def _follow_clears(
         self, sharing: Sharing, provider: str, keys: list[str], clears: Mapping[str, float]
@@ -226,7 +235,7 @@ class KeyActions(StoreParts):
             if len(self._clears_followed) >= MAX_DRAINED:
                 self._clears_followed.clear()
             self._clears_followed[shared_id] = latest
-            followed.add(self._digest(message))
+            followed.add(self._state.digest(message))
             keys_followed.append(key)
         if followed:
             self._forget_local(lambda entry: entry[:DIGEST_SIZE] in followed)

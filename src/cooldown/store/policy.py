@@ -1,40 +1,30 @@
-"""The policy over the deadline table: what a record stores; selection, attempts and
-inspection are mixed in from their own rooms."""
+"""The store: its rooms composed over one state. Its public methods take a caller's
+keywords, build one `CallScope` and hand it to the room that answers."""
 
 from __future__ import annotations
 
-import secrets
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import NoReturn, TypeVar
 
-from ..arguments import (
-    bounded_max_seconds,
-    delay,
-    finite_number,
-    require_str,
-    resolve_now,
-)
-from ..config import warn_once
+from ..arguments import require_str
 from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
 from ..errors import ModelCooldownExhausted
-from ..evidence.outcome import SPENT_WINDOW, UpstreamOutcome
-from ..evidence.quota import QUOTA_SPENT
-from ..forksafe import new_lock
-from .admission import ORDERS, Admission, Attempt, Order
+from ..evidence.outcome import UpstreamOutcome
+from .admission import ORDERS, Attempt, Order
 from .attempts import Attempts
 from .backend import SharedObservations, Sharing
-from .budget import DIGEST_SIZE, SCOPES_PER_CREDENTIAL, ScopeBudget
-from .ending import ending_attempt
-from .foreign import FOREIGN_DROPPED_WARNING, ForeignEntries
+from .budget import SCOPES_PER_CREDENTIAL
 from .inspection import Inspection
 from .operators import KeyActions
-from .quota_marks import QuotaMarks
+from .parts import MAX_ENTRIES, StoreState
+from .recording import Cooling, Recording
 from .refills import RefillReadings
-from .schedule import DeadlineSchedule
-from .selection import Selection
-from .waiting import SHARED_RECHECK_SECONDS, KeyWaiters
+from .scope import CallScope, call_scope
+from .selection import Reason, Selection
+from .verdict import Verdict
+from .waiting import SHARED_RECHECK_SECONDS
 
 _T = TypeVar("_T")
 
@@ -48,43 +38,18 @@ __all__ = [
     "model_cooldown",
 ]
 
-MAX_ENTRIES = 10000
 
-
-def _entry_parts(
-    provider: str,
-    credential: str,
-    outcome: UpstreamOutcome,
-    model: str | None,
-    quota_bucket: str | None,
-    credential_wide_auth: bool,
-) -> tuple[bytes, ...]:
-    """The messages whose digests make the entry an outcome writes; `()` for none.
-
-    A wide auth rejection cools the credential; a throttle or a success concerns its scope.
-    """
-    prefix = credential_prefix(provider)
-    require_str(credential, "credential")
-    if not isinstance(outcome, UpstreamOutcome):
-        raise TypeError("outcome must be an UpstreamOutcome")
-    if not isinstance(credential_wide_auth, bool):
-        raise TypeError("credential_wide_auth must be a bool")
-    scope = scope_message(model, quota_bucket)
-    health = outcome.credential_health
-    if health == "rejected" and credential_wide_auth:
-        return (credential_message(prefix, credential),)
-    if health in ("throttled", "accepted") and scope is not None:
-        return (credential_message(prefix, credential), scope)
-    return ()
-
-
-class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings):
+class ModelCooldown:
     """Cooldown deadlines per (credential, model or bucket), bounded and safe to share.
 
     Keys, models and bucket names are reduced to HMAC digests under a salt that never
     leaves the process, so the table can be inspected, logged or dumped safely. Pass
     `secret` (32 bytes or more) only where two stores must agree on ids, as in tests.
     `scopes_per_credential` (1 to 64) exists for tests of the scope budget.
+
+    Its parts: `operators` (an operator's label, drain and clear of one key), `refills`
+    (how each provider's limits refill, as learned), `inspection` (the read-only
+    questions of a status page) and `waiters` (the dispatches waiting for a key).
     """
 
     def __init__(
@@ -101,33 +66,19 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             raise TypeError("secret must be bytes")
         if secret is not None and len(secret) < 32:
             raise ValueError("secret must be at least 32 bytes")
-        # A random salt by default: ids are stable within this store and nowhere else.
-        self._digest = PreparedHmac(secrets.token_bytes(32) if secret is None else secret)
-        self._lock = new_lock(self)
-        self._budget = ScopeBudget(min(SCOPES_PER_CREDENTIAL, max(1, scopes_per_credential)))
-        self._admission = Admission()  # guarded by self._lock too
-        self._foreign: ForeignEntries[bytes, bytes] = ForeignEntries()  # keys not held
-        self._schedule = DeadlineSchedule(
-            min(MAX_ENTRIES, max(1, max_entries)),
-            forget=self._forgotten,
-            expired=self._admission.released,
+        self._state = StoreState(max_entries, secret, scopes_per_credential)
+        self._selection = Selection(self._state)
+        self._recording = Recording(self._state)
+        self.operators = KeyActions(self._state)
+        self.refills = RefillReadings(self._state)
+        self.inspection = Inspection(self._state)
+        self.waiters = self._state.waiters
+        self._attempts = Attempts(
+            self._state, self._selection, self._recording, self.operators, self.refills
         )
-        self._deadlines = self._schedule.deadlines  # read directly on the hot path
-        self._escalated_total = 0
-        self._exhausted_total = 0
-        self._capacity_rejections_total = 0
-        self._probes_total = 0
-        self._shared: Sharing | None = None
-        self._drained: set[bytes] = set()  # credential digests an operator drained
-        self._waiters = KeyWaiters()
-        self._quota = QuotaMarks(MAX_ENTRIES)
-        self._refills = {}
-        self._periods = {}
-        self._marks_followed: dict[str, object] = {}
-        self._clears_followed: dict[str, float] = {}
 
     def __repr__(self) -> str:
-        return f"<ModelCooldown entries={len(self._deadlines)} capacity={self.capacity}>"
+        return f"<ModelCooldown entries={self.entry_count} capacity={self.capacity}>"
 
     def __reduce_ex__(self, protocol: object) -> NoReturn:
         raise TypeError("ModelCooldown holds a process-local secret and cannot be pickled")
@@ -143,9 +94,7 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         message = credential_message(
             credential_prefix(provider), require_str(credential, "credential")
         )
-        return self._digest(message).hex()
-
-    # -- recording ----------------------------------------------------------------------------
+        return self._state.digest(message).hex()
 
     def record(
         self,
@@ -172,120 +121,224 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         and honoured too, but bounded apart: it never arms the capacity guard nor takes the
         place of a held key's entry, and past 1,024 per provider its oldest entry is dropped.
         """
-        parts = _entry_parts(
-            provider, credential, outcome, model, quota_bucket, credential_wide_auth
+        scope = CallScope(provider, model, quota_bucket, now, max_seconds)
+        cooling = Cooling(
+            credential_wide_auth, retry_after_seconds, fallback_seconds, sent_at, foreign
         )
-        fallback = finite_number(fallback_seconds, "fallback_seconds")
-        ceiling = bounded_max_seconds(max_seconds)
-        given_now = None if now is None else resolve_now(now)  # a bad clock fails first
-        started = None if sent_at is None else resolve_now(sent_at, "sent_at")
-        health = outcome.credential_health
-        quota = outcome.reason == QUOTA_SPENT.reason and credential_wide_auth
-        cooling = delay(
-            retry_after_seconds, fallback, ceiling, exact=outcome.reason == SPENT_WINDOW
+        return self._recording.record(scope, credential, outcome, cooling)
+
+    def record_budget(
+        self,
+        provider: str | CallScope,
+        credential: str,
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        remaining: int,
+        reset_seconds: float,
+        limit: int | None = None,
+        now: float | None = None,
+        account: str | None = None,
+        sent_at: float | None = None,
+        attempt: Attempt | None = None,
+    ) -> None:
+        """A provider said `remaining` requests are left until its window resets (of `limit`,
+        when it said that too: then they refill continuously towards it until the reset).
+        With the label of the `account` the credential is in, the budget is the account's.
+        It is as of `sent_at` (the `attempt`'s start, else `now`): an answer stamped earlier
+        than the budget kept replaces nothing, and attempts started since spend from it."""
+        accounts = None if account is None else {credential: account}
+        scope = call_scope(
+            provider, CallScope("", model, quota_bucket, now, 3600, accounts), "configured"
         )
-        escalated = False
-        owner = self._digest(credential_prefix(provider)) if foreign else None
-        with self._lock:  # read the clock under the lock: no one prunes past our `now`
-            current_time = time.monotonic() if given_now is None else given_now
-            self._schedule.advance(current_time, ceiling)
-            if not parts:
-                return None
-            if health == "accepted":
-                deadline = None
-                if self._deadlines:  # an empty table has nothing to clear: skip the digests
-                    entry = b"".join(map(self._digest, parts))
-                    if started is not None and self._admission.stale(entry, started):
-                        return None  # sent before the throttle: it proves nothing now
-                    self._schedule.discard(entry)
-            else:
-                entry, deadline = self._store(
-                    b"".join(map(self._digest, parts)), current_time + cooling, owner, provider
-                )
-                if len(entry) > DIGEST_SIZE:
-                    self._admission.throttled(entry, current_time)
-                elif quota:
-                    self._quota.marked(entry, deadline, current_time)
-                else:
-                    escalated = len(parts) > 1
-                    parts = parts[:1]  # escalated: shared as the credential-wide entry too
-        self._waiters.notify()  # a success may have reopened a key
-        sharing = self._shared
-        if sharing is not None:
-            shared_entry = b"".join(map(sharing.digest, parts)).hex()
-            sent = current_time if started is None else started
-            ending = ending_attempt()
-            if ending is not None:  # written with the attempt's release, in one round trip
-                ending.now = max(ending.now, current_time)
-                if deadline is None:
-                    ending.write = ("clear", shared_entry, sent)
-                elif ending.write is None:
-                    ending.write = ("record", shared_entry, current_time + cooling)
-                else:  # the attempt's answer is written: this is a sibling's cooldown
-                    ending.siblings.append((shared_entry, current_time + cooling))
-            elif deadline is None:
-                sharing.backend.clear(shared_entry, current_time, sent)
-            else:
-                foreign_of = None  # a foreign entry is kept apart under its provider's id
-                if owner is not None:
-                    foreign_of = sharing.digest(credential_prefix(provider)).hex()
-                dropped = sharing.backend.record(
-                    shared_entry, current_time + cooling, current_time, ceiling, foreign_of
-                )
-                if dropped:
-                    warn_once(provider, FOREIGN_DROPPED_WARNING)
-            if escalated:
-                sharing.backend.add_to_fleet("escalated_total", current_time)
-            if quota:  # rare: its own round trip, so every worker names it
-                sharing.backend.mark_quota(shared_entry, current_time + cooling, current_time)
-        return deadline
+        announced = (remaining, reset_seconds, limit)
+        self._attempts.keep_budget("requests", scope, credential, announced, sent_at, attempt)
 
-    def _store(
-        self, entry: bytes, deadline: float, owner: bytes | None, provider: str
-    ) -> tuple[bytes, float]:
-        """Write one entry (lock held); return the entry actually written and its deadline.
+    def record_token_budget(
+        self,
+        provider: str | CallScope,
+        credential: str,
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        remaining: int,
+        reset_seconds: float,
+        limit: int | None = None,
+        now: float | None = None,
+        account: str | None = None,
+        sent_at: float | None = None,
+        attempt: Attempt | None = None,
+    ) -> None:
+        """Like `record_budget`, for tokens: a request costing more than there are, less what
+        attempts started since `sent_at` cost, waits until enough is back or goes to another
+        key."""
+        accounts = None if account is None else {credential: account}
+        scope = call_scope(
+            provider, CallScope("", model, quota_bucket, now, 3600, accounts), "configured"
+        )
+        announced = (remaining, reset_seconds, limit)
+        self._attempts.keep_budget("tokens", scope, credential, announced, sent_at, attempt)
 
-        A new scope entry beyond its credential's budget is stored as a credential-wide
-        entry instead (a key throttled on that many models is throttled account-wide).
-        `owner` is the provider's digest for a foreign credential's entry, else `None`.
+    def available(
+        self,
+        provider: str | CallScope,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
+        cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """The keys not cooling for this scope, in the given order (or spread); with a
+        `cost` (tokens), those whose token budget holds it. `accounts` maps a key to the
+        label of the provider account it shares request and token budgets with."""
+        given = CallScope("", model, quota_bucket, now, max_seconds, accounts, order, cost)
+        scope = call_scope(provider, given, "configured")
+        return self._selection.free("available", scope, keys, legacy_rest_until)
+
+    def eligible(
+        self,
+        provider: str | CallScope,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
+        cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
+        given = CallScope("", model, quota_bucket, now, max_seconds, accounts, order, cost)
+        scope = call_scope(provider, given, "configured")
+        return self._selection.free("eligible", scope, keys, legacy_rest_until)
+
+    def select(
+        self,
+        provider: str | CallScope,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "configured",
+        cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """The first key not cooling; `None` without keys; a 429 when every key cools."""
+        given = CallScope("", model, quota_bucket, now, max_seconds, accounts, order, cost)
+        scope = call_scope(provider, given, "configured")
+        free = self._selection.free("select", scope, keys, legacy_rest_until)
+        return free[0] if free else None
+
+    def count_exhausted(self, now: float | None = None) -> None:
+        """One of our 429s reached a caller: `exhausted_total` counts exactly those (a
+        dispatch counts the one it raises, not the refusals its waits and rotation met)."""
+        self._selection.count_exhausted(now)
+
+    def admit(
+        self,
+        provider: str | CallScope,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        order: Order = "spread",
+        exclude: Collection[str] = (),
+        lease_seconds: float = 300.0,
+        cost: int | None = None,
+        accounts: Mapping[str, str] | None = None,
+        cleared: list[str] | None = None,
+    ) -> tuple[str, Attempt] | None:
+        """Choose a key for one dispatch and count it in flight, in one step, so no two
+        dispatches take the same probe. `None` when every free key is in `exclude` (or
+        none is in rotation); the 429 (`ModelCooldownExhausted`) when none is free. A key an
+        operator drained is never chosen; a key another process cleared since is added to
+        `cleared` (its rest in `legacy_rest_until` no longer holds it). `cost` (tokens) is
+        held against the key's token budget while the attempt is in flight; `accounts` (key
+        -> label) makes the budgets of an account's keys one. End it with `settle` (or
+        `finish`). A refusal here is not counted in `exhausted_total`: the caller may wait
+        or rotate on; when the 429 reaches its client, `count_exhausted` says so (`dispatch`
+        does)."""
+        given = CallScope("", model, quota_bucket, now, max_seconds, accounts, order, cost)
+        scope = call_scope(provider, given, "spread")
+        return self._attempts.admit(scope, keys, legacy_rest_until, exclude, lease_seconds, cleared)
+
+    def settle(
+        self, attempt: Attempt, verdict: Verdict | None, *, served: bool, answered: bool = True
+    ) -> float | None:
+        """End one attempt in one call: what its answer proved (`verdict`: the key's
+        cooldown or its clearing as of the attempt's start, its siblings' cooldowns, the
+        budgets it announced, the refill it taught) and its release; with Redis, all of it in
+        the attempt's one round trip. `None` for an attempt that got no answer or whose
+        answer is not read. The key's deadline, when its answer cooled it."""
+        return self._attempts.settle(attempt, verdict, served=served, answered=answered)
+
+    def ending(self, attempt: Attempt) -> AbstractContextManager[None]:
+        """The shared writes recorded in this block (the attempt's answer and budget) wait
+        for `finish`, which sends them with the attempt's release in one round trip."""
+        return self._attempts.ending(attempt)
+
+    def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
+        """The attempt's answer is recorded (or it failed): it is no longer in flight. One
+        that got no answer (`answered=False`: a timeout, a refused connection) spends no
+        provider budget."""
+        self._attempts.finish(attempt, served=served, answered=answered)
+
+    def explain(
+        self,
+        provider: str | CallScope,
+        keys: Sequence[str],
+        *,
+        model: str | None = None,
+        quota_bucket: str | None = None,
+        max_seconds: int = 3600,
+        now: float | None = None,
+        legacy_rest_until: Mapping[str, float] | None = None,
+        accounts: Mapping[str, str] | None = None,
+        cost: int | None = None,
+    ) -> list[tuple[Reason | None, float]]:
+        """Per key, why it is not selectable and until when; `(None, 0.0)` when it is.
+
+        The reason is the observation that holds the key longest: `"credential"` (or
+        `"quota"` when that is a spent quota), `"scope"` or `"legacy"`; for a scope, a key
+        free of those is held by `"probe"` while its probe is out and by `"budget"` while
+        its announced request budget, or its tokens for a request of `cost` (default: one
+        token), are spent (its account's, with `accounts` mapping a key to its account's
+        label); a free key during an overflow is held by `"capacity"`.
+        Counts nothing and raises no cooldown error: this is for operators, not routes.
         """
-        schedule, foreign = self._schedule, self._foreign
-        new = entry not in self._deadlines
-        if new and len(entry) > DIGEST_SIZE and not self._budget.admits(entry, self._deadlines):
-            self._escalated_total += 1
-            return self._store(entry[:DIGEST_SIZE], deadline, owner, provider)
-        if new and schedule.full():
-            if owner is not None:  # a foreign entry never arms the guard: it is not kept
-                return entry, deadline
-            oldest = foreign.oldest()  # a held key's entry: a foreign one gives way
-            if oldest is not None:
-                schedule.discard(oldest)
-        if new and len(entry) > DIGEST_SIZE and not schedule.full():
-            self._budget.added(entry)
-        stored = schedule.put(entry, deadline)
-        if owner is None:
-            if foreign:
-                foreign.forget(entry)  # its key is held now
-        elif entry in self._deadlines:
-            pushed_out = foreign.added(owner, entry)
-            if pushed_out is not None:
-                schedule.discard(pushed_out)
-                warn_once(provider, FOREIGN_DROPPED_WARNING)
-        return entry, stored
+        given = CallScope("", model, quota_bucket, now, max_seconds, accounts, cost=cost)
+        scope = call_scope(provider, given, "configured")
+        return self.inspection.explain(scope, keys, legacy_rest_until)
 
-    def _forgotten(self, entry: bytes) -> None:
-        """An entry left the table (expired, cleared or dropped)."""
-        self._budget.removed(entry)
-        if self._foreign:
-            self._foreign.forget(entry)
+    @property
+    def entry_count(self) -> int:
+        """Entries held as of the last prune; reading it does not prune."""
+        return self.inspection.entry_count
 
-    # -- waiting ------------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.inspection.capacity
+
+    def stats(self) -> dict[str, int | bool]:
+        """Counts only: safe to expose on a status endpoint."""
+        return self.inspection.stats()
 
     def wait_for_key(
         self,
-        provider: str,
-        model: str | None,
-        quota_bucket: str | None,
+        scope: CallScope,
         refusal: ModelCooldownExhausted,
         admit: Callable[[], _T],
         *,
@@ -297,28 +350,10 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
         served among this store's waiters for the provider and scope; else the 429, with
         its then-remaining `Retry-After`. No lock is held while waiting. Once `gone` is set
         (its caller left) the waiter leaves the queue and admits nothing more."""
-        recheck = None if self._shared is None else SHARED_RECHECK_SECONDS
-        queue = scope_message(model, quota_bucket)
-        return self._waiters.wait(
-            provider,
-            queue,
-            refusal,
-            admit,
-            seconds=seconds,
-            max_waiters=max_waiters,
-            recheck=recheck,
-            gone=gone,
+        queue = (scope.provider, scope_message(scope.model, scope.quota_bucket))
+        return self.waiters.wait(
+            queue, refusal, admit, seconds=seconds, max_waiters=max_waiters, gone=gone
         )
-
-    def leave_wait(self, gone: threading.Event) -> None:
-        """The waiter whose caller set `gone` leaves its queue now (its caller is gone)."""
-        self._waiters.leave(gone)
-
-    def wait_histogram(self) -> tuple[list[tuple[str, int]], float]:
-        """Seconds waited for a key: cumulative (upper bound, count) pairs and their sum."""
-        return self._waiters.histogram()
-
-    # -- sharing ------------------------------------------------------------------------------
 
     def attach_shared(self, shared: SharedObservations, *, secret: bytes) -> None:
         """Also record into, and select with, observations shared with other processes.
@@ -330,37 +365,28 @@ class ModelCooldown(Selection, Inspection, Attempts, KeyActions, RefillReadings)
             raise TypeError("secret must be bytes")
         if len(secret) < 32:
             raise ValueError("secret must be at least 32 bytes")
-        self._shared = Sharing(shared, PreparedHmac(secret))
+        self._state.shared = Sharing(shared, PreparedHmac(secret))
+        self.waiters.recheck = SHARED_RECHECK_SECONDS
 
     @property
     def shared(self) -> SharedObservations | None:
         """The backend shared with other processes, or `None` for process-local state."""
-        sharing = self._shared
+        sharing = self._state.shared
         return None if sharing is None else sharing.backend
 
     def detach_shared(self) -> SharedObservations | None:
         """Back to process-local state; returns the detached backend for closing."""
-        sharing, self._shared = self._shared, None
+        sharing, self._state.shared = self._state.shared, None
+        self.waiters.recheck = None
         return None if sharing is None else sharing.backend
 
     def reset(self) -> None:
         """Forget every observation and counter; the salt, and so every id, is kept."""
-        with self._lock:
-            self._schedule.clear()
-            self._budget.clear()
-            self._admission.clear()
-            self._foreign.clear()
-            self._drained.clear()
-            self._quota.clear()
-            self._refills.clear()
-            self._periods.clear()
-            self._clears_followed.clear()
-            self._marks_followed.clear()
-            self._escalated_total = 0
-            self._exhausted_total = 0
-            self._capacity_rejections_total = 0
-            self._probes_total = 0
-        self._waiters.reset_counts()
+        with self._state.lock:
+            self._state.clear()
+            self.refills.clear()
+            self.operators.clear()
+        self.waiters.reset_counts()
 
 
 model_cooldown = ModelCooldown()

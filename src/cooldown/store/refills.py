@@ -16,7 +16,7 @@ from ..arguments import resolve_now
 from ..digests import credential_prefix, refill_message, scope_message
 from ..evidence.refill_shape import Periods, refill_periods
 from .backend import Announced
-from .parts import StoreParts
+from .parts import StoreState
 
 __all__ = [
     "MAX_READINGS",
@@ -38,11 +38,19 @@ REFILL_SETTINGS: tuple[RefillSetting, ...] = ("auto", "continuous", "window")
 ProviderRefill = Literal["continuous", "window", "unknown"]
 
 
-class RefillReadings(StoreParts):
+class RefillReadings:
     """Learned refill readings, under the store's lock; the fleet's read outside it."""
 
-    _refills: dict[bytes, Refill]  # local digest of a refill message -> its reading
-    _periods: dict[bytes, tuple[int, Periods]]  # owner + counter -> limit, periods still possible
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
+        self._refills: dict[bytes, Refill] = {}  # local digest of a refill message -> reading
+        self._periods: dict[bytes, tuple[int, Periods]] = {}  # owner + counter -> limit,
+        # the periods still possible
+
+    def clear(self) -> None:
+        """Forget every reading; the store's lock held by the caller."""
+        self._refills.clear()
+        self._periods.clear()
 
     def refill_reading(
         self,
@@ -58,9 +66,9 @@ class RefillReadings(StoreParts):
         if not (self._refills or fleet):
             return "continuous"
         message = refill_message(credential_prefix(provider), scope_message(model, quota_bucket))
-        if self._refills.get(self._digest(message)) == "window":
+        if self._refills.get(self._state.digest(message)) == "window":
             return "window"
-        sharing = self._shared
+        sharing = self._state.shared
         if fleet and sharing is not None and fleet.get(sharing.digest(message).hex()) == "window":
             return "window"
         return "continuous"
@@ -70,8 +78,8 @@ class RefillReadings(StoreParts):
         it, `"continuous"` once an admission only its refill allowed was served, else
         `"unknown"`."""
         message = refill_message(credential_prefix(provider), None)
-        readings: list[str | None] = [self._refills.get(self._digest(message))]
-        fleet, sharing = self._fleet_refills(now), self._shared
+        readings: list[str | None] = [self._refills.get(self._state.digest(message))]
+        fleet, sharing = self._fleet_refills(now), self._state.shared
         if fleet and sharing is not None:
             readings.append(fleet.get(sharing.digest(message).hex()))
         if "window" in readings:
@@ -95,9 +103,9 @@ class RefillReadings(StoreParts):
         if reading == "window":
             messages.append(refill_message(prefix, scope_message(model, quota_bucket)))
         learned = []
-        with self._lock:
+        with self._state.lock:
             for message in messages:
-                digest = self._digest(message)
+                digest = self._state.digest(message)
                 known = self._refills.get(digest)
                 if known == "window" or known == reading:
                     continue
@@ -105,7 +113,7 @@ class RefillReadings(StoreParts):
                     continue
                 self._refills[digest] = reading
                 learned.append(message)
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is not None and learned:  # once per reading per process
             ids = {sharing.digest(message).hex(): reading for message in learned}
             sharing.backend.note_refill(ids, resolve_now(now))  # no lock across the round trip
@@ -117,7 +125,7 @@ class RefillReadings(StoreParts):
         and scope), with its earlier readings, show that its counters refill in windows: no
         period explains them all? A counter whose limit changes starts again."""
         shown = False
-        with self._lock:
+        with self._state.lock:
             for tag, announced in ((b"r", requests), (b"t", tokens)):
                 if announced is None:
                     continue
@@ -142,7 +150,7 @@ class RefillReadings(StoreParts):
 
     def _fleet_refills(self, now: float | None) -> Mapping[str, str] | None:
         """The fleet's readings, from the drains' read (reused for a quarter second)."""
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is None:
             return None
         marks = sharing.backend.operator_marks(resolve_now(now))

@@ -34,26 +34,12 @@ class CallScope(NamedTuple):
     limits: DeclaredLimits | None = None  # what `register(limits=)` declared, checked
 
 
-_UNSET_PARTS = (None, None, None, 3600, None, None)
-
-
-def call_scope(
-    provider: str | CallScope,
-    model: str | None,
-    quota_bucket: str | None,
-    now: float | None,
-    max_seconds: int,
-    accounts: Mapping[str, str] | None,
-    order: Order,
-    cost: int | None,
-    default_order: Order,
-) -> CallScope:
-    """A store method's scope: the `CallScope` the pools pass in `provider`'s place, or one
-    built from a direct caller's keywords (never both: that is a `TypeError`)."""
+def call_scope(provider: str | CallScope, keywords: CallScope, default_order: Order) -> CallScope:
+    """A store method's scope: the `CallScope` the pools pass in `provider`'s place, or the
+    one a direct caller's keywords build (`keywords`, its provider left empty); never both
+    (that is a `TypeError`)."""
     if not isinstance(provider, CallScope):
-        return CallScope(provider, model, quota_bucket, now, max_seconds, accounts, order, cost)
-    if (model, quota_bucket, now, max_seconds, accounts, cost) != _UNSET_PARTS or (
-        order != default_order
-    ):
+        return keywords._replace(provider=provider)
+    if keywords != CallScope("", order=default_order):
         raise TypeError("pass a CallScope or the scope's keywords, not both")
     return provider

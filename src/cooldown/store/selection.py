@@ -11,15 +11,15 @@ from ..arguments import (
     check_cost,
     retry_after,
 )
-from ..digests import PreparedHmac, credential_message
+from ..digests import credential_message
 from ..errors import CooldownError, ModelCooldownCapacity, ModelCooldownExhausted
 from .accounts import account_entries
-from .admission import Admission, Admitted, Load, Order
+from .admission import Admitted, Load, Order
 from .claims import Claim
 from .lookup import Lookup, gather
-from .parts import StoreParts
+from .parts import StoreState
 from .refusals import Holds, exhausted
-from .scope import CallScope, call_scope
+from .scope import CallScope
 
 __all__ = ["Reason", "Selection", "admissible", "scan"]
 
@@ -33,18 +33,13 @@ _Entry = TypeVar("_Entry", bytes, str)  # a local digest, or a shared hex id
 
 
 def scan(
-    deadlines: Mapping[bytes, float],
-    digest: PreparedHmac,
-    prefix: bytes,
-    keys: Sequence[str],
-    legacy: Mapping[str, float],
-    now: float,
-    *,
-    first_only: bool,
+    state: StoreState, lookup: Lookup, now: float, *, first_only: bool
 ) -> tuple[list[str], float]:
     """The keys free at `now` for a call without a scope (a scoped one goes through
     `admissible`), and the earliest release among the others. `gather` checked the keys
     and the legacy rests."""
+    _, prefix, keys, _, legacy, _, _, _, _, _ = lookup
+    deadlines, digest = state.deadlines, state.digest
     free: list[str] = []
     earliest = math.inf
     for key in keys:
@@ -63,9 +58,7 @@ def scan(
 
 
 def admissible(
-    deadlines: Mapping[bytes, float],
-    digest: PreparedHmac,
-    admission: Admission,
+    state: StoreState,
     lookup: Lookup,
     now: float,
     *,
@@ -83,6 +76,7 @@ def admissible(
     free, why each such key is held (`Holds`)."""
     ceiling, prefix, keys, scope, legacy, _, _, _, labels, limits = lookup
     assert scope is not None  # dispatch admits on the scoped path only
+    deadlines, digest, admission = state.deadlines, state.digest, state.admission
     scope_digest = digest(scope)
     accounts = account_entries(digest, prefix, keys, labels, scope_digest)
     admission.expire(now)
@@ -146,14 +140,16 @@ def admissible(
     return [item[2:] for item in free], earliest, awaited, holds
 
 
-class Selection(StoreParts):
-    """`available`, `eligible` and `select`, and the one body they share with `admit`: the
-    free keys, or the 429 (every key cools) or the 503 (the table is full) instead.
-
-    Mixed into `ModelCooldown`, whose state it reads and counts under the store's lock.
+class Selection:
+    """The one body `available`, `eligible`, `select` and `admit` share: the free keys, or
+    the 429 (every key cools) or the 503 (the table is full) instead. Reads and counts the
+    store's state under its lock.
     """
 
-    def _choose(
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
+
+    def choose(
         self,
         mode: Literal["available", "eligible", "select"],
         lookup: Lookup,
@@ -184,14 +180,14 @@ class Selection(StoreParts):
     def count_exhausted(self, now: float | None = None) -> None:
         """One of our 429s reached a caller: `exhausted_total` counts exactly those (a
         dispatch counts the one it raises, not the refusals its waits and rotation met)."""
-        with self._lock:
-            self._exhausted_total += 1
+        with self._state.lock:
+            self._state.exhausted_total += 1
         self._tell_fleet("exhausted_total", now)
 
     def _tell_fleet(self, counter: str, now: float | None) -> None:
         """Add to one of the fleet's counters, on the caller's clock (its backoff runs on
         it)."""
-        sharing = self._shared
+        sharing = self._state.shared
         if sharing is not None:
             sharing.backend.add_to_fleet(counter, time.monotonic() if now is None else now)
 
@@ -204,10 +200,10 @@ class Selection(StoreParts):
         spread: bool,
         cost: int | None,
     ) -> list[str]:
-        ceiling, prefix, keys, scope, legacy, given_now, _, shared_overflow, _, _ = lookup
-        with self._lock:  # read the clock under the lock: no one prunes past our `now`
+        ceiling, _, keys, scope, _, given_now, _, shared_overflow, _, _ = lookup
+        with self._state.lock:  # read the clock under the lock: no one prunes past our `now`
             current_time = time.monotonic() if given_now is None else given_now
-            self._schedule.advance(current_time, ceiling)
+            self._state.schedule.advance(current_time, ceiling)
             admitted: list[Admitted] = []
             awaited = False
             holds: Holds | None = None
@@ -218,9 +214,7 @@ class Selection(StoreParts):
                 elif mode == "select" and not spread:
                     stop_at_free_outside = ()
                 admitted, earliest, awaited, holds = admissible(
-                    self._deadlines,
-                    self._digest,
-                    self._admission,
+                    self._state,
                     lookup,
                     current_time,
                     spread=spread,
@@ -230,16 +224,10 @@ class Selection(StoreParts):
                 free = [key for key, _, _, _ in admitted]
             else:
                 free, earliest = scan(
-                    self._deadlines,
-                    self._digest,
-                    prefix,
-                    keys,
-                    legacy,
-                    current_time,
-                    first_only=mode == "select",
+                    self._state, lookup, current_time, first_only=mode == "select"
                 )
             if keys and not free and mode != "available":
-                reason, spent = (holds or Holds()).reason(self._quota)
+                reason, spent = (holds or Holds()).reason(self._state.quota)
                 raise exhausted(
                     earliest,
                     current_time,
@@ -248,84 +236,22 @@ class Selection(StoreParts):
                     reason=reason,
                     every_key_spent=spent,
                 )
-            overflow = max(self._schedule.overflow_until, shared_overflow)
+            overflow = max(self._state.schedule.overflow_until, shared_overflow)
             if free and overflow > current_time:  # an empty result never raises this
-                self._capacity_rejections_total += 1
+                self._state.capacity_rejections_total += 1
                 raise ModelCooldownCapacity(retry_after(overflow, current_time, ceiling))
             if claim is not None:
                 claim.holds = holds
-                claim.take(admitted, self._admission, current_time, earliest, ceiling)
+                claim.take(admitted, self._state.admission, current_time, earliest, ceiling)
             return free
 
-    def _free(
+    def free(
         self,
         mode: Literal["available", "eligible", "select"],
         scope: CallScope,
         keys: Sequence[str],
         legacy_rest_until: Mapping[str, float] | None,
     ) -> list[str]:
-        lookup = gather(self._shared, scope, keys, legacy_rest_until)
-        return self._choose(mode, lookup, scope.order, cost=check_cost(scope.cost))
-
-    def available(
-        self,
-        provider: str | CallScope,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "configured",
-        cost: int | None = None,
-        accounts: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """The keys not cooling for this scope, in the given order (or spread); with a
-        `cost` (tokens), those whose token budget holds it. `accounts` maps a key to the
-        label of the provider account it shares request and token budgets with."""
-        scope = call_scope(
-            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "configured"
-        )
-        return self._free("available", scope, keys, legacy_rest_until)
-
-    def eligible(
-        self,
-        provider: str | CallScope,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "configured",
-        cost: int | None = None,
-        accounts: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """Like `available`, but an all-cooling non-empty key list raises the 429 `select` would."""
-        scope = call_scope(
-            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "configured"
-        )
-        return self._free("eligible", scope, keys, legacy_rest_until)
-
-    def select(
-        self,
-        provider: str | CallScope,
-        keys: Sequence[str],
-        *,
-        model: str | None = None,
-        quota_bucket: str | None = None,
-        max_seconds: int = 3600,
-        now: float | None = None,
-        legacy_rest_until: Mapping[str, float] | None = None,
-        order: Order = "configured",
-        cost: int | None = None,
-        accounts: Mapping[str, str] | None = None,
-    ) -> str | None:
-        """The first key not cooling; `None` without keys; a 429 when every key cools."""
-        scope = call_scope(
-            provider, model, quota_bucket, now, max_seconds, accounts, order, cost, "configured"
-        )
-        free = self._free("select", scope, keys, legacy_rest_until)
-        return free[0] if free else None
+        """The free keys of one scope, as `available`, `eligible` or `select` ask for them."""
+        lookup = gather(self._state.shared, scope, keys, legacy_rest_until)
+        return self.choose(mode, lookup, scope.order, cost=check_cost(scope.cost))

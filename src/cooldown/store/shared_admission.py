@@ -12,7 +12,7 @@ from .admission import Attempt
 from .backend import AdmissionTerms, SharedAttempt, Sharing
 from .claims import Claim
 from .declared import shared_windows
-from .parts import StoreParts
+from .parts import StoreState
 from .refusals import Holds, exhausted
 from .scope import CallScope
 
@@ -20,7 +20,7 @@ __all__ = ["admit_shared"]
 
 
 def admit_shared(
-    store: StoreParts, sharing: Sharing, claim: Claim, call: CallScope
+    state: StoreState, sharing: Sharing, claim: Claim, call: CallScope
 ) -> tuple[bool, tuple[str, Attempt] | None]:
     """One round trip: whether the backend answered, and what it admitted (the candidates
     are what the local selection left free, in `claim`)."""
@@ -42,7 +42,7 @@ def admit_shared(
     if answer is None:
         return False, None
     if answer.position is not None:
-        key, credential, entry, account = claim.candidates[answer.position]
+        admitted = claim.candidates[answer.position]
         _, entry_id, owner = ids[answer.position]
         shared = SharedAttempt(
             answer.lease,
@@ -54,22 +54,16 @@ def admit_shared(
             learned=answer.learned,
             stamp=now,  # the request starts now
         )
-        with store._lock:
-            attempt = store._admission.start(
-                entry,
-                credential,
-                now,
-                claim.lease,
-                (answer.probe, shared, answer.refilled),
-                claim.cost,
-                account,
+        with state.lock:
+            attempt = state.admission.start(
+                admitted, now, claim.lease, (answer.probe, shared, answer.refilled), claim.cost
             )
             if claim.limits is not None:
-                claim.counted(store._admission, attempt, claim.limits)
-        return True, (key, attempt)
+                claim.counted(state.admission, attempt, claim.limits)
+        return True, (admitted[0], attempt)
     if 0.0 in answer.holds and answer.overflow > now:  # a key is free, the table is full
-        with store._lock:
-            store._capacity_rejections_total += 1
+        with state.lock:
+            state.capacity_rejections_total += 1
         sharing.backend.add_to_fleet("capacity_rejections_total", now)
         raise ModelCooldownCapacity(retry_after(answer.overflow, now, ceiling))
     if claim.excluded_free:  # the free keys left were all tried: the last answer stands
@@ -77,6 +71,6 @@ def admit_shared(
     holds = claim.holds or Holds()
     holds.limited += answer.limited
     holds.other += len(answer.holds) - answer.limited
-    reason, every_key_spent = holds.reason(store._quota)
+    reason, every_key_spent = holds.reason(state.quota)
     earliest = min(claim.earliest, *answer.holds)
     raise exhausted(earliest, now, ceiling, reason=reason, every_key_spent=every_key_spent)

@@ -56,6 +56,8 @@ class KeyWaiters:
         self._queues: dict[tuple[str, bytes | None], deque[threading.Condition]] = {}
         self._per_provider: dict[str, int] = {}
         self._gone: dict[threading.Event, threading.Condition] = {}
+        self.recheck: float | None = None  # with sharing: another process's release is not
+        # signalled here, so a waiter re-checks this often
         self.waiting = 0  # read without the lock on every release: a stale read only delays
         self.counts = dict.fromkeys(WAIT_COUNTERS, 0)
         self._buckets = [0] * (len(WAIT_BUCKETS) + 1)
@@ -84,26 +86,25 @@ class KeyWaiters:
 
     def wait(
         self,
-        provider: str,
-        scope: bytes | None,
+        queue: tuple[str, bytes | None],
         refusal: ModelCooldownExhausted,
         admit: Callable[[], _T],
         *,
         seconds: float,
         max_waiters: int,
-        recheck: float | None,
         gone: threading.Event | None = None,
     ) -> _T:
         """`admit()` once a key frees within `seconds`; else `refusal` (or the then-current
         one, with its then-remaining `Retry-After`). Over `max_waiters` waiters of the
         provider, or with the earliest key free only beyond `seconds`: `refusal` at once.
-        Once `gone` is set, `refusal` at once, its place given to the next."""
+        Once `gone` is set, `refusal` at once, its place given to the next. `queue` is the
+        provider and the scope's digest."""
         started = time.monotonic()
         deadline = started + seconds
         if _free_in(refusal) > seconds and not refusal.awaits_attempts:
             raise refusal
         ticket = threading.Condition(self._lock)
-        key = (provider, scope)
+        key, provider, recheck = queue, queue[0], self.recheck
         with self._lock:
             if self._per_provider.get(provider, 0) >= max_waiters:
                 self.counts["waits_refused_total"] += 1
@@ -120,13 +121,13 @@ class KeyWaiters:
             )
         finally:
             with self._lock:
-                queue = self._queues[key]
-                was_first = queue[0] is ticket
-                queue.remove(ticket)
-                if not queue:
+                tickets = self._queues[key]
+                was_first = tickets[0] is ticket
+                tickets.remove(ticket)
+                if not tickets:
                     del self._queues[key]
                 elif was_first:
-                    queue[0].notify()  # the next in the queue may try now
+                    tickets[0].notify()  # the next in the queue may try now
                 self._per_provider[provider] -= 1
                 if not self._per_provider[provider]:
                     del self._per_provider[provider]

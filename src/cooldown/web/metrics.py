@@ -224,7 +224,7 @@ def metrics_response(pools: Pools) -> Response:
         # Every worker's values, this one's included, as published in the last second.
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
-        registry.register(_Collector(overview(pools), pools.store.wait_histogram()))
+        registry.register(_Collector(overview(pools), pools.store.waiters.histogram()))
     # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, once
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 

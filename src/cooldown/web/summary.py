@@ -77,10 +77,12 @@ def overview(pools: Pools) -> dict[str, Any]:
         if not keys:
             continue  # a built-in provider this gateway does not use
         status = pools.status(provider)
-        drained = store.drained_keys(provider, keys)  # out of rotation: no client meets them
+        drained = store.operators.drained_keys(
+            provider, keys
+        )  # out of rotation: no client meets them
         in_rotation = [key for key in keys if key not in drained]
         providers[provider] = {
-            "all_cooling_scopes": store.all_cooling_scopes(provider, in_rotation),
+            "all_cooling_scopes": store.inspection.all_cooling_scopes(provider, in_rotation),
             "clients_get_429_for": [
                 name for name in names if _every_key_cools(pools, provider, name)
             ],
@@ -96,7 +98,7 @@ def overview(pools: Pools) -> dict[str, Any]:
         "providers": providers,
         "worker_pid": os.getpid(),  # whose counters these are (each worker keeps its own)
         **store.stats(),
-        "fleet": store.fleet(),
+        "fleet": store.inspection.fleet(),
     }
 
 
