@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 
 from cooldown import CredentialPool, ModelCooldownExhausted
 from cooldown.digests import scope_message
-from cooldown.evidence.learn import UNUSED_EXPIRY_SECONDS, WindowLearner, window_learner
+from cooldown.evidence.learn import (
+    UNUSED_EXPIRY_SECONDS,
+    LearnPolicy,
+    WindowLearner,
+    window_learner,
+)
 
 P = "ce-gpt-plus"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
@@ -105,7 +110,7 @@ def test_estimates_are_bounded_least_recently_used_first() -> None:
     learner = WindowLearner(max_estimates=3)
     for index in range(4):
         learner.throttled(
-            P, f"k{index}", SCOPE, fallback=60, max_seconds=3600, now=index, mode="apply"
+            P, f"k{index}", SCOPE, fallback=60, now=index, policy=LearnPolicy("apply", 3600)
         )
     assert len(learner) == 3
     assert learner.bounds(P, "k0", SCOPE) is None
@@ -114,12 +119,12 @@ def test_estimates_are_bounded_least_recently_used_first() -> None:
 
 def test_an_estimate_unused_for_seven_days_starts_over() -> None:
     learner = WindowLearner()
-    learner.throttled(P, "k", SCOPE, fallback=60, max_seconds=3600, now=0, mode="apply")
-    learner.throttled(P, "k", SCOPE, fallback=60, max_seconds=3600, now=60, mode="apply")
+    learner.throttled(P, "k", SCOPE, fallback=60, now=0, policy=LearnPolicy("apply", 3600))
+    learner.throttled(P, "k", SCOPE, fallback=60, now=60, policy=LearnPolicy("apply", 3600))
     assert learner.bounds(P, "k", SCOPE) == (60.0, None)
     later = 60 + UNUSED_EXPIRY_SECONDS + 1
     assert (
-        learner.throttled(P, "k", SCOPE, fallback=60, max_seconds=3600, now=later, mode="apply")
+        learner.throttled(P, "k", SCOPE, fallback=60, now=later, policy=LearnPolicy("apply", 3600))
         == 60
     )
     assert learner.bounds(P, "k", SCOPE) == (0.0, None)
@@ -127,7 +132,7 @@ def test_an_estimate_unused_for_seven_days_starts_over() -> None:
 
 def test_learner_state_holds_no_names() -> None:
     learner = WindowLearner()
-    learner.throttled(P, "sk-SECRET", SCOPE, fallback=60, max_seconds=3600, now=0, mode="apply")
+    learner.throttled(P, "sk-SECRET", SCOPE, fallback=60, now=0, policy=LearnPolicy("apply", 3600))
     assert all(b"SECRET" not in entry and b"gpt" not in entry for entry in learner._estimates)
     assert "SECRET" not in repr(vars(learner))
 
@@ -150,7 +155,7 @@ def test_learner_invariants(events: list[tuple[str, float]], ceiling: int, fallb
         now += gap
         if kind == "throttle":
             delay = learner.throttled(
-                P, "k", SCOPE, fallback=fallback, max_seconds=ceiling, now=now, mode="apply"
+                P, "k", SCOPE, fallback=fallback, now=now, policy=LearnPolicy("apply", ceiling)
             )
             assert 1 <= delay <= ceiling
         else:

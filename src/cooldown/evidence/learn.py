@@ -20,7 +20,7 @@ from ..config import LearnMode
 from ..digests import PreparedHmac, credential_message, credential_prefix
 from ..forksafe import new_lock
 
-__all__ = ["LearnedWindow", "WindowLearner", "window_learner"]
+__all__ = ["LearnPolicy", "LearnedWindow", "WindowLearner", "window_learner"]
 
 logger = logging.getLogger("cooldown")
 
@@ -97,6 +97,16 @@ class _Estimate:
         self.episode_start = None
 
 
+class LearnPolicy(NamedTuple):
+    """How a throttle's learned delay is used: `mode` (`"apply"`, or `"shadow"` to log it
+    only), bounded by `max_seconds`; until an estimate exists, start at `first_delay` and
+    double."""
+
+    mode: LearnMode
+    max_seconds: int
+    first_delay: float | None = None
+
+
 class WindowLearner:
     """At most `MAX_ESTIMATES` estimates, least recently used dropped first; thread-safe."""
 
@@ -130,15 +140,11 @@ class WindowLearner:
         scope: bytes,
         *,
         fallback: float,
-        max_seconds: int,
         now: float,
-        mode: LearnMode,
-        first_delay: float | None = None,
+        policy: LearnPolicy,
     ) -> float:
-        """The fallback delay to record for an advice-less throttle (`fallback` in shadow).
-
-        `first_delay`: until an estimate exists, start short and double.
-        """
+        """The fallback delay to record for an advice-less throttle (`fallback` in shadow)."""
+        mode, max_seconds, first_delay = policy
         entry = self._id(namespace, credential, scope)
         with self._lock:
             learned = self._estimate(entry, now).throttled(now, fallback, first_delay)

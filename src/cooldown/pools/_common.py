@@ -19,7 +19,7 @@ from ..config import (
     warn_once,
 )
 from ..digests import frame, scope_message
-from ..evidence.learn import WindowLearner
+from ..evidence.learn import LearnPolicy, WindowLearner
 from ..evidence.outcome import UpstreamOutcome, classify_status
 from ..evidence.quota import QUOTA_SPENT
 from ..shared import share_when_configured
@@ -201,40 +201,6 @@ def store_evidence(
     )
 
 
-def _learned_fallback(
-    learner: WindowLearner,
-    namespace: str,
-    key: str,
-    outcome: UpstreamOutcome,
-    scope: bytes | None,
-    *,
-    advice: object,
-    fallback: float,
-    current: CooldownSettings,
-    now: float,
-) -> float:
-    """The delay to record when the provider gave none: learned, when learning applies."""
-    if scope is None:
-        return fallback
-    health = outcome.credential_health
-    if health == "throttled" and usable_advice(advice):
-        learner.advised(namespace, key, scope, now=now)
-    elif health == "throttled":
-        return learner.throttled(
-            namespace,
-            key,
-            scope,
-            fallback=fallback,
-            max_seconds=current.max_seconds,
-            now=now,
-            mode=current.learn,
-            first_delay=min(current.first_delay, current.max_seconds),
-        )
-    elif health == "accepted":
-        learner.succeeded(namespace, key, scope, now=now)
-    return fallback
-
-
 def by_affinity(keys: list[str], affinity: str | None) -> list[str]:
     """Rendezvous order: the same affinity prefers the same key in every process.
 
@@ -294,19 +260,28 @@ class CheckedEvidence(NamedTuple):
         """The cooldown to record when the answer advises none: the learned window where
         learning applies (the learner hears of every answer while it is on), else
         `fallback`."""
-        if current.learn == "off":
+        message = scope_message(scope.model, scope.quota_bucket)
+        if current.learn == "off" or message is None:
             return fallback
-        return _learned_fallback(
-            learner,
-            scope.provider,
-            key,
-            self.outcome,
-            scope_message(scope.model, scope.quota_bucket),
-            advice=advice,
-            fallback=fallback,
-            current=current,
-            now=resolve_now(scope.now),
-        )
+        health, now = self.outcome.credential_health, resolve_now(scope.now)
+        if health == "throttled" and usable_advice(advice):
+            learner.advised(scope.provider, key, message, now=now)
+        elif health == "throttled":
+            return learner.throttled(
+                scope.provider,
+                key,
+                message,
+                fallback=fallback,
+                now=now,
+                policy=LearnPolicy(
+                    current.learn,
+                    current.max_seconds,
+                    min(current.first_delay, current.max_seconds),
+                ),
+            )
+        elif health == "accepted":
+            learner.succeeded(scope.provider, key, message, now=now)
+        return fallback
 
     def fallback(self, current: CooldownSettings, *, rejected: float, otherwise: float) -> float:
         """The cooldown when the answer advised none: a spent quota's setting, an auth
