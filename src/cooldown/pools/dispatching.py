@@ -29,7 +29,7 @@ from ..store.verdict import Verdict
 from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
 from .recording import AUTH_REST_SECONDS, THROTTLE_REST_SECONDS, KeyRecording
 from .request import Request
-from .rotation import Steps, check_rotate_on, rotation
+from .rotation import Attempts, Steps, Taken, check_rotate_on, rotation
 
 __all__ = ["steps_for"]
 
@@ -118,14 +118,34 @@ def _body_advice(provider: str, advice: BodyAdvice, value: object) -> float | Qu
     return None
 
 
-def _keyed(key: str | None) -> tuple[str, None] | None:
-    """A legacy selection as an admission with nothing to end."""
-    return None if key is None else (key, None)
+class _LegacyDispatch:
+    """The legacy path, exactly as before: no attempt bookkeeping."""
+
+    def __init__(self, pool: KeyRecording, request: Request, scope: SelectionScope) -> None:
+        self.pool, self.request, self.scope = pool, request, scope
+
+    def admit(self, tried: set[str]) -> tuple[str, None] | None:
+        provider, affinity, now = self.request.provider, self.request.affinity, self.request.now
+        if not tried:
+            key = self.pool.select(provider, affinity=affinity, now=now, **self.scope)
+        else:
+            free = self.pool.available(provider, affinity=affinity, now=now, **self.scope)
+            key = next((key for key in free if key not in tried), None)
+        return None if key is None else (key, None)
+
+    def record(self, admitted: Taken, answer: Answer, evidence: RecordingContext) -> None:
+        request = self.request
+        self.pool.record(
+            request.provider, admitted[0], answer.status, now=request.now, **self.scope, **evidence
+        )
+
+    def finish(self, admitted: Taken, served: bool, answered: bool) -> None:
+        """Nothing to end."""
 
 
 def steps_for(pool: KeyRecording, request: Request) -> Steps:
     """The loop's steps for one dispatch; its arguments checked before anything is sent."""
-    provider, now, affinity = request.provider, request.now, request.affinity
+    provider = request.provider
     rotate_on = check_rotate_on(request.rotate_on)
     advice = check_advice(request.advice)
     cost = check_cost(request.cost)  # before anything is sent, whichever path
@@ -133,34 +153,14 @@ def steps_for(pool: KeyRecording, request: Request) -> Steps:
     if request.quota_bucket is not None and scope:
         scope["quota_bucket"] = request.quota_bucket
     current = scoped_settings(pool.store, scope.get("model"), scope.get("quota_bucket"), provider)
+    attempts: Attempts
     if current is None:
-        return rotation(  # the legacy path, exactly as before: no attempt bookkeeping
-            first=lambda: _keyed(pool.select(provider, affinity=affinity, now=now, **scope)),
-            rest=lambda tried: _keyed(
-                next(
-                    (
-                        key
-                        for key in pool.available(provider, affinity=affinity, now=now, **scope)
-                        if key not in tried
-                    ),
-                    None,
-                )
-            ),
-            record=lambda admitted, answer, evidence: pool.record(
-                provider, admitted[0], answer.status, now=now, **scope, **evidence
-            ),
-            finish=lambda admitted, served, answered: None,
-            rotate_on=rotate_on,
-            retried=lambda: warn_sdk_retries(provider),
-            read=evidence_reader(provider, advice),
-        )
-    pool._usage.start(pool)  # first use: its usage readers, if any, begin reading
-    dispatch = _ScopedDispatch(pool, request, scope, current, cost)
+        attempts = _LegacyDispatch(pool, request, scope)
+    else:
+        pool._usage.start(pool)  # first use: its usage readers, if any, begin reading
+        attempts = _ScopedDispatch(pool, request, scope, current, cost)
     return rotation(
-        first=lambda: dispatch.admit(set()),
-        rest=dispatch.admit,
-        record=dispatch.record,
-        finish=dispatch.finish,
+        attempts,
         rotate_on=rotate_on,
         retried=lambda: warn_sdk_retries(provider),
         read=evidence_reader(provider, advice),

@@ -22,7 +22,7 @@ from ..evidence.advice import RecordingContext
 from ..evidence.answers import Answer, answer_raised, answer_returned
 from ..evidence.outcome import classify_status
 
-__all__ = ["ADMIT", "arotate", "check_rotate_on", "in_thread", "rotate", "rotation"]
+__all__ = ["ADMIT", "Attempts", "arotate", "check_rotate_on", "in_thread", "rotate", "rotation"]
 
 _Response = TypeVar("_Response")
 _T = TypeVar("_T")
@@ -45,8 +45,15 @@ Taken = tuple[str, Any]
 """A key to send with, and what must be ended when its attempt is over (or `None`)."""
 
 
-class Record(Protocol):
-    def __call__(self, admitted: Taken, answer: Answer, evidence: RecordingContext) -> None: ...
+class Attempts(Protocol):
+    """What the loop asks of one dispatch's path (scoped, or legacy): admit a key, record
+    what its answer said, end its attempt."""
+
+    def admit(self, tried: set[str]) -> Taken | None: ...
+
+    def record(self, admitted: Taken, answer: Answer, evidence: RecordingContext) -> None: ...
+
+    def finish(self, admitted: Taken, served: bool, answered: bool) -> None: ...
 
 
 def check_rotate_on(statuses: object) -> frozenset[int]:
@@ -63,21 +70,18 @@ def check_rotate_on(statuses: object) -> frozenset[int]:
 
 
 def rotation(
+    attempts: Attempts,
     *,
-    first: Callable[[], Taken | None],
-    rest: Callable[[set[str]], Taken | None],
-    record: Record,
-    finish: Callable[[Taken, bool, bool], None],
     rotate_on: frozenset[int],
     retried: Callable[[], None],
     read: Callable[[Answer], RecordingContext],
 ) -> Steps:
     """Every key at most once; the answer when it is not a key problem.
 
-    `first` and `rest` admit a key (on the scoped path they count it in flight); `finish`
+    `attempts.admit` admits a key (on the scoped path it counts it in flight); `finish`
     ends each attempt whatever happens (`send` raising, the caller leaving, a 429 raised),
     told whether it was served and whether an answer came at all.
-    `rest(tried)` is the pool's next admission: on the scoped path it raises
+    `admit(tried)` after the first is the pool's next admission: on the scoped path it raises
     `ModelCooldownExhausted` when every key now cools, and that 429 replaces the last throttle
     or auth rejection (the client's own credentials are not what failed), as the 503 of a
     full table does; `None` when the
@@ -86,7 +90,7 @@ def rotation(
     `retried` hears of an answer an SDK retried inside `send`; `read` turns an answer into
     the evidence recorded.
     """
-    admitted = first()  # a CooldownError here propagates: nothing has been sent
+    admitted = attempts.admit(set())  # a CooldownError here propagates: nothing has been sent
     tried: set[str] = set()
     answer: Answer | None = None
     while admitted is not None:
@@ -98,17 +102,17 @@ def rotation(
             if answer.retried:
                 retried()
             evidence = read(answer)
-            record(admitted, answer, evidence)
+            attempts.record(admitted, answer, evidence)
             outcome = evidence.get("outcome") or classify_status(answer.status)
             served = outcome.provider_health == "success"  # even if its window is now spent
         finally:
-            finish(admitted, served, answered)
+            attempts.finish(admitted, served, answered)
         rotating = not served and outcome.credential_health in ("throttled", "rejected")
         if not rotating and answer.status not in rotate_on:
             return answer
         yield ADMIT  # the attempt is over: a driver may run the admission (and a wait) apart
         try:
-            admitted = rest(tried)
+            admitted = attempts.admit(tried)
         except ModelCooldownExhausted:
             if rotating:  # every key now cools: our 429 replaces the key's answer
                 raise
