@@ -14,7 +14,7 @@ from ..evidence.advice import QuotaBuckets
 from ..evidence.learn import WindowLearner, window_learner
 from ..evidence.usage import UsageReader, checked_reader
 from ..forksafe import new_lock
-from ..store import ModelCooldown, Order, model_cooldown
+from ..store import CallScope, ModelCooldown, Order, model_cooldown
 from ..store.declared import day_zone as day_zone_of
 from ..store.declared import declared_limits
 from ..store.refills import REFILL_SETTINGS, RefillSetting
@@ -27,7 +27,7 @@ from .actions import PoolActions
 from .code_keys import CodeKeys, KeySource
 from .default import own_store, pool_method
 from .dispatching import steps_for
-from .key_status import PoolStatus, keys_status
+from .key_status import PoolExtras, PoolStatus, keys_status
 from .legacy import LegacyRests
 from .recording import KeyRecording
 from .request import Request
@@ -364,21 +364,17 @@ class CredentialPool(KeyRecording, PoolActions):
         self._in_rotation(provider, candidates, current_time)  # follows the fleet's clears
         fixed = self._refill.get(provider, "auto")
         rests = self._legacy.live(provider, candidates, current_time, maximum)
-        return keys_status(
-            self.store,
+        scope = CallScope(
             provider,
-            candidates,
-            rests,
-            current,
-            model=model,
-            quota_bucket=quota_bucket,
-            now=current_time,
+            model,
+            quota_bucket,
+            current_time,
             accounts=self._labels(provider, candidates),
             cost=cost,
-            refill=None if fixed == "auto" else fixed,
             limits=self.declared_limits(provider),
-            usage=self._usage,
         )
+        extras = PoolExtras(None if fixed == "auto" else fixed, self._usage)
+        return keys_status(self.store, scope, candidates, rests, current, extras)
 
     @pool_method
     def read_usage(self, *, now: float | None = None) -> int:

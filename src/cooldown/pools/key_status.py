@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypedDict
+from typing import Literal, NamedTuple, TypedDict
 
-from ..arguments import retry_after
+from ..arguments import resolve_now, retry_after
 from ..config import LARGEST_MAX_SECONDS, CooldownSettings, settings
 from ..shared import share_when_configured
 from ..store import CallScope, ModelCooldown, Reason
-from ..store.declared import DeclaredLimits, WindowStatus
+from ..store.declared import WindowStatus
 from ..store.refills import ProviderRefill
 from .usage_readings import UsageReadings, UsageStatus
 
-__all__ = ["QUOTA_NOTE", "KeyStatus", "PoolStatus", "keys_status", "pool_status"]
+__all__ = [
+    "QUOTA_NOTE",
+    "KeyStatus",
+    "KeyView",
+    "PoolExtras",
+    "PoolStatus",
+    "keys_status",
+    "pool_status",
+]
 
 QUOTA_NOTE = "out of quota (credit or a daily limit): add credit, or clear it after topping up"
 """What a key whose quota is spent needs from an operator, in the status rows and the page."""
@@ -47,25 +55,35 @@ class PoolStatus(TypedDict):
     refill: ProviderRefill  # how its announced limits come back: fixed, learned or "unknown"
 
 
+class KeyView(NamedTuple):
+    """One key as a status shows it: why it is held and until when, how many models it
+    cools for, its account's label, its operator label, and whether it is drained."""
+
+    reason: Reason | None
+    release: float
+    scoped: int
+    account: str | None
+    label: str
+    drained: bool
+
+
+class PoolExtras(NamedTuple):
+    """What a credential pool adds to its keys' status beside the store's view: the refill
+    reading `register` fixed (`None`: what the store learned) and its usage readings."""
+
+    refill: ProviderRefill | None = None
+    usage: UsageReadings | None = None
+
+
+_NO_EXTRAS = PoolExtras()
+
+
 def pool_status(
-    provider: str,
-    explained: Sequence[tuple[Reason | None, float]],
-    scoped: Sequence[int],
-    now: float,
-    max_seconds: int,
-    labels: Sequence[str | None] = (),
-    *,
-    key_labels: Sequence[str],
-    drained: Sequence[bool],
-    refill: ProviderRefill = "unknown",
+    provider: str, views: Sequence[KeyView], now: float, max_seconds: int, refill: ProviderRefill
 ) -> PoolStatus:
-    """JSON-ready status from `ModelCooldown.explain`-style `(reason, release)` pairs and
-    `ModelCooldown.scoped_counts`, with each key's account label (`labels`, in key order),
-    its operator label and whether it is drained, and how the provider's limits refill."""
+    """JSON-ready status from each key's view, and how the provider's limits refill."""
     keys: list[KeyStatus] = []
-    for position, ((reason, release), count, label, out) in enumerate(
-        zip(explained, scoped, key_labels, drained, strict=True), start=1
-    ):
+    for position, (reason, release, count, account, label, out) in enumerate(views, start=1):
         state: Literal["ready", "cooling", "drained"] = "ready" if reason is None else "cooling"
         keys.append(
             {
@@ -75,7 +93,7 @@ def pool_status(
                 "reason": reason,
                 "retry_after": None if reason is None else retry_after(release, now, max_seconds),
                 "scoped_cooldowns": count,
-                "account": labels[position - 1] if position <= len(labels) else None,
+                "account": account,
             }
         )
         if reason == "quota":
@@ -108,24 +126,23 @@ def _accounts_cooling(keys: Sequence[KeyStatus]) -> int:
 
 def keys_status(
     store: ModelCooldown,
-    provider: str,
+    scope: CallScope,
     keys: Sequence[str],
     rests: Mapping[str, float],
     current: CooldownSettings | None,
-    *,
-    model: str | None,
-    quota_bucket: str | None,
-    now: float,
-    accounts: Mapping[str, str] | None = None,
-    cost: int | None = None,
-    refill: ProviderRefill | None = None,
-    limits: DeclaredLimits | None = None,
-    usage: UsageReadings | None = None,
+    extras: PoolExtras = _NO_EXTRAS,
 ) -> PoolStatus:
-    """A pool's keys as its selection sees them: legacy rests only, or the store's view; and
-    on both paths, how many models each key cools for, and its account; how the provider's
-    limits refill (`refill` as fixed, else what the store learned); each key's count in
-    each declared window (`limits`, for the scope asked) and its last `usage` reading."""
+    """A pool's keys as its selection sees them: legacy rests only, or the store's view for
+    `scope` (its maximum is `current`'s); and on both paths, how many models each key cools
+    for, and its account; how the provider's limits refill; each key's count in each
+    declared window (`scope.limits`) and its last usage reading."""
+    provider, now, accounts, limits = (
+        scope.provider,
+        resolve_now(scope.now),
+        scope.accounts,
+        scope.limits,
+    )
+    refill, usage = extras
     labels = [(accounts or {}).get(key) for key in keys]
     configured = current or settings()
     if configured.enabled:  # status reads the shared state too, scoped or not
@@ -147,22 +164,18 @@ def keys_status(
         ]
     else:
         ceiling = current.max_seconds
-        scope = CallScope(
-            provider, model, quota_bucket, now, ceiling, accounts, cost=cost, limits=limits
-        )
+        scope = scope._replace(now=now, max_seconds=ceiling)
         explained = store.explain(scope, keys, legacy_rest_until=rests)
         counted = store.inspection.declared_counts(scope, keys) if limits is not None else None
-    status = pool_status(
-        provider,
-        explained,
-        scoped,
-        now,
-        ceiling,
-        labels,
-        key_labels=[store.operators.label(provider, key) for key in keys],
-        drained=[key in drained for key in keys],
-        refill=store.refills.provider_refill(provider, now=now) if refill is None else refill,
-    )
+    views = [
+        KeyView(reason, release, count, label, store.operators.label(provider, key), key in drained)
+        for key, (reason, release), count, label in zip(
+            keys, explained, scoped, labels, strict=True
+        )
+    ]
+    if refill is None:
+        refill = store.refills.provider_refill(provider, now=now)
+    status = pool_status(provider, views, now, ceiling, refill)
     pending = store.operators.fleet_pending(provider, list(keys))
     read = usage is not None and usage.has_reader(provider)
     shared = store.operators.fleet_readings(provider, keys, now=now) if read else {}

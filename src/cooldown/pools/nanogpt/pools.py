@@ -193,16 +193,8 @@ class _ValidatedKeyPool(ValidatedKeyPool):
             rests = self._rests_within(
                 None if current is None else current.max_seconds, current_time
             )
-        return keys_status(
-            self.store,
-            self.namespace,
-            configured,
-            rests,
-            current,
-            model=model,
-            quota_bucket=quota_bucket,
-            now=current_time,
-        )
+        scope = CallScope(self.namespace, model, quota_bucket, current_time)
+        return keys_status(self.store, scope, configured, rests, current)
 
     @pool_method
     def reset(self) -> None:
