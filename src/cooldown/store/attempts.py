@@ -66,8 +66,20 @@ class Attempts:
         cleared: list[str] | None,
     ) -> tuple[str, Attempt] | None:
         """One dispatch's key, counted in flight (see `ModelCooldown.admit`)."""
+        lease = finite_number(lease_seconds, "lease_seconds")
+        if lease <= 0:
+            raise ValueError("lease_seconds must be above 0")
+        if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
+            raise TypeError("exclude must be a collection of keys, not a single string")
+        claim = Claim(
+            frozenset(exclude),
+            lease,
+            deferred=self._state.shared is not None,
+            cost=check_cost(scope.cost),
+            limits=scope.limits,
+        )
         keys, legacy_rest_until = self._in_rotation(scope, keys, legacy_rest_until, cleared)
-        taken = self._admitted(scope, keys, legacy_rest_until, exclude, lease_seconds)
+        taken = self._admitted(scope, keys, legacy_rest_until, claim)
         if taken is not None and self._in_windows(scope):  # as read now (see `settle`)
             taken = (taken[0], taken[1]._replace(reading="window"))
         if taken is not None and taken[1].probe:
@@ -118,19 +130,10 @@ class Attempts:
         scope: CallScope,
         keys: Sequence[str],
         legacy_rest_until: Mapping[str, float] | None,
-        exclude: Collection[str],
-        lease_seconds: float,
+        claim: Claim,
     ) -> tuple[str, Attempt] | None:
-        lease = finite_number(lease_seconds, "lease_seconds")
-        if lease <= 0:
-            raise ValueError("lease_seconds must be above 0")
-        if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
-            raise TypeError("exclude must be a collection of keys, not a single string")
-        cost = check_cost(scope.cost)
-        sharing = self._state.shared
-        claim = Claim(
-            frozenset(exclude), lease, deferred=sharing is not None, cost=cost, limits=scope.limits
-        )
+        """The key `claim` took: locally, or (with sharing) by the fleet's one round trip."""
+        cost, sharing = claim.cost, self._state.shared
         # With sharing, the local answer only narrows the candidates: no lookup round trip.
         self._selection.choose(
             "eligible", gather(None, scope, keys, legacy_rest_until), scope.order, claim, cost
@@ -139,7 +142,7 @@ class Attempts:
             return claim.taken
         answered, taken = admit_shared(self._state, sharing, claim, scope)
         if not answered:  # Redis did not answer: this process's bookkeeping decides
-            local = Claim(claim.exclude, lease, cost=cost, limits=scope.limits)
+            local = Claim(claim.exclude, claim.lease, cost=cost, limits=scope.limits)
             lookup = gather(sharing, scope, keys, legacy_rest_until)
             self._selection.choose("eligible", lookup, scope.order, local, cost)
             return local.taken
@@ -147,8 +150,7 @@ class Attempts:
 
     @contextmanager
     def ending(self, attempt: Attempt) -> Iterator[None]:
-        """The shared writes recorded in this block (the attempt's answer and budget) wait
-        for `finish`, which sends them with the attempt's release in one round trip."""
+        """See `ModelCooldown.ending`."""
         require_attempt(attempt)
         token = ENDING.set(attempt.shared)
         try:
@@ -157,9 +159,7 @@ class Attempts:
             ENDING.reset(token)
 
     def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
-        """The attempt's answer is recorded (or it failed): it is no longer in flight. One
-        that got no answer (`answered=False`: a timeout, a refused connection) spends no
-        provider budget."""
+        """See `ModelCooldown.finish`."""
         require_attempt(attempt)
         with self._state.lock:
             self._state.admission.finish(attempt, served=served, answered=answered)
@@ -171,11 +171,8 @@ class Attempts:
     def settle(
         self, attempt: Attempt, verdict: Verdict | None, *, served: bool, answered: bool = True
     ) -> float | None:
-        """End one attempt in one call: what its answer proved (`verdict`: the key's
-        cooldown or its clearing as of the attempt's start, its siblings' cooldowns, the
-        budgets it announced, the refill it taught) and its release; with Redis, all of it in
-        the attempt's one round trip. `None` for an attempt that got no answer or whose
-        answer is not read. The key's deadline, when its answer cooled it."""
+        """See `ModelCooldown.settle`: the verdict's writes (with Redis, held for the
+        attempt's end), then the release."""
         require_attempt(attempt)
         deadline = None
         if verdict is not None:
