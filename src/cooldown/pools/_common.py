@@ -160,18 +160,25 @@ def scoped_max_seconds(
     return None if current is None else current.max_seconds
 
 
+class Observation(NamedTuple):
+    """One answer to record on the scoped path, its arguments checked: the key it came
+    from, what it proved, the provider's advice, when its request started (`None`: now),
+    and whether the key is one the pool does not hold (a caller's own list)."""
+
+    key: str
+    evidence: CheckedEvidence
+    retry_after_seconds: float | None = None
+    sent_at: float | None = None
+    foreign: bool = False
+
+
 def store_evidence(
     store: ModelCooldown,
     learner: WindowLearner,
     scope: CallScope,
-    key: str,
-    evidence: CheckedEvidence,
-    *,
-    retry_after_seconds: float | None,
+    seen: Observation,
     fallback_seconds: float,
     current: CooldownSettings,
-    sent_at: float | None = None,
-    foreign: bool = False,
 ) -> float | None:
     """Record one scoped observation in the store; hold no pool lock (it may reach Redis).
 
@@ -179,11 +186,12 @@ def store_evidence(
     `MODEL_COOLDOWN_LEARN=apply`) instead of the pool's fixed one; a `foreign` key (not the
     pool's own) learns nothing, so a flood of them cannot crowd out what its keys learned.
     """
+    key, evidence, advice, sent_at, foreign = seen
     if sent_at is not None:  # refused before the learner hears of the answer
         resolve_now(sent_at, "sent_at")
     if not foreign:
         fallback_seconds = evidence.learned_fallback(
-            learner, scope, key, retry_after_seconds, current, fallback_seconds
+            learner, scope, key, advice, current, fallback_seconds
         )
     return store.record(
         scope.provider,
@@ -192,7 +200,7 @@ def store_evidence(
         model=scope.model,
         quota_bucket=scope.quota_bucket,
         credential_wide_auth=evidence.credential_wide_auth,
-        retry_after_seconds=retry_after_seconds,
+        retry_after_seconds=advice,
         fallback_seconds=fallback_seconds,
         max_seconds=current.max_seconds,
         now=scope.now,

@@ -14,6 +14,7 @@ from ..store import CallScope
 from ..store.refills import RefillSetting
 from ._common import (
     CheckedEvidence,
+    Observation,
     check_evidence,
     scoped_settings,
     status_code,
@@ -77,37 +78,23 @@ class KeyRecording(KeySelection):
         evidence = CheckedEvidence.from_call(status, outcome, credential_wide_auth)
         scope = CallScope(provider, model, quota_bucket, now, current.max_seconds)
         foreign = key not in self.keys(provider)
-        self._record_scoped(scope, key, evidence, retry_after_seconds, current, sent_at, foreign)
+        seen = Observation(key, evidence, retry_after_seconds, sent_at, foreign)
+        self._record_scoped(scope, seen, current)
 
     @pool_method
     def _record_scoped(
-        self,
-        scope: CallScope,
-        key: str,
-        evidence: CheckedEvidence,
-        retry_after_seconds: float | None,
-        current: CooldownSettings,
-        sent_at: float | None,
-        foreign: bool = False,
+        self, scope: CallScope, seen: Observation, current: CooldownSettings
     ) -> None:
         """`record` on the scoped path, its arguments checked (a usage reading's spent
         quota comes this way too): the key's cooldown, then its siblings'. The store reads
         the clock itself when `scope.now` is None. A `foreign` key (not the pool's) has no
         siblings and learns no window."""
-        deadline = store_evidence(  # no pool lock: the store may reach Redis
-            self.store,
-            self._learner,
-            scope,
-            key,
-            evidence,
-            retry_after_seconds=retry_after_seconds,
-            fallback_seconds=evidence.fallback(
-                current, rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
-            ),
-            current=current,
-            sent_at=sent_at,
-            foreign=foreign,
+        key, evidence, _, _, foreign = seen
+        fallback = evidence.fallback(
+            current, rejected=AUTH_REST_SECONDS, otherwise=THROTTLE_REST_SECONDS
         )
+        # no pool lock: the store may reach Redis
+        deadline = store_evidence(self.store, self._learner, scope, seen, fallback, current)
         if deadline is None:
             return
         siblings = () if foreign else self._cool_siblings(scope, key, evidence, deadline, current)

@@ -146,9 +146,8 @@ class KeySelection:
     ) -> list[str]:
         """The keys free for this call, in configured (affinity, or spread) order; may be empty.
         With a `cost` in tokens, a key whose token budget cannot hold it is not free."""
-        return self._filter(
-            provider, keys, now, model, quota_bucket, affinity, order, cost, raise_when_empty=False
-        )
+        asked = CallScope(provider, model, quota_bucket, now, order=order, cost=cost)
+        return self._filter(asked, keys, affinity, raise_when_empty=False)
 
     @pool_method
     def eligible(
@@ -164,26 +163,28 @@ class KeySelection:
         cost: int | None = None,
     ) -> list[str]:
         """`available`, except that a scoped all-cooling pool raises the 429 `select` would."""
-        return self._filter(
-            provider, keys, now, model, quota_bucket, affinity, order, cost, raise_when_empty=True
-        )
+        asked = CallScope(provider, model, quota_bucket, now, order=order, cost=cost)
+        return self._filter(asked, keys, affinity, raise_when_empty=True)
 
     @pool_method
     def _filter(
         self,
-        provider: str,
+        asked: CallScope,
         keys: Sequence[str] | None,
-        now: float | None,
-        model: str | None,
-        quota_bucket: str | None,
         affinity: str | None,
-        order: Order,
-        cost: int | None,
         *,
         raise_when_empty: bool,
     ) -> list[str]:
+        """The free keys of `available` and `eligible`: `asked` holds the caller's provider,
+        scope, clock, order and cost as given (checked here)."""
+        provider, model, quota_bucket, now = (
+            asked.provider,
+            asked.model,
+            asked.quota_bucket,
+            asked.now,
+        )
         affinity = check_affinity(affinity)
-        cost = check_cost(cost)
+        cost = check_cost(asked.cost)
         max_seconds = scoped_max_seconds(self.store, model, quota_bucket, provider)
         candidates = self.keys(provider) if keys is None else list(require_keys(keys))
         current_time = resolve_now(now)
@@ -192,16 +193,12 @@ class KeySelection:
         if max_seconds is None:
             return [key for key in candidates if key not in rests]
         accounts = self.key_accounts(provider)
-        scope = CallScope(
-            provider,
-            model,
-            quota_bucket,
-            current_time,
-            max_seconds,
-            accounts,
-            order,
-            cost,
-            self.declared_limits(provider),
+        scope = asked._replace(
+            now=current_time,
+            max_seconds=max_seconds,
+            accounts=accounts,
+            cost=cost,
+            limits=self.declared_limits(provider),
         )
         filter_keys = self.store.eligible if raise_when_empty else self.store.available
         free = filter_keys(scope, candidates, legacy_rest_until=rests)

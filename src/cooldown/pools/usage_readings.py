@@ -24,7 +24,7 @@ from ..forksafe import new_lock
 from ..shared import share_when_configured
 from ..store import CallScope, ModelCooldown
 from ..store.backend import Reading
-from ._common import CheckedEvidence
+from ._common import CheckedEvidence, Observation
 from .legacy import LegacyRests
 
 __all__ = ["READ_TIMEOUT_SECONDS", "UsageReadings", "UsageStatus"]
@@ -58,13 +58,7 @@ class _Pool(Protocol):
     def siblings(self, provider: str, key: str) -> list[str]: ...
 
     def _record_scoped(
-        self,
-        scope: CallScope,
-        key: str,
-        evidence: CheckedEvidence,
-        retry_after_seconds: float | None,
-        current: CooldownSettings,
-        sent_at: float | None,
+        self, scope: CallScope, seen: Observation, current: CooldownSettings
     ) -> None: ...
 
 
@@ -224,7 +218,7 @@ def _apply(
     if usage.out:  # as an answer saying so: the key and its account, for every model
         scope = CallScope(provider, now=now, max_seconds=current.max_seconds)
         spent = CheckedEvidence(QUOTA_SPENT, True)
-        pool._record_scoped(scope, key, spent, usage.resets_in, current, None)
+        pool._record_scoped(scope, Observation(key, spent, usage.resets_in), current)
     elif usage.remaining is not None and usage.remaining > 0:
         for each in [key, *pool.siblings(provider, key)]:
             if pool.store.operators.lift_quota(provider, each, now=now):

@@ -12,7 +12,7 @@ from ...config import CooldownSettings
 from ...evidence.learn import WindowLearner, window_learner
 from ...forksafe import new_lock, new_rlock
 from ...store import CallScope, ModelCooldown, model_cooldown
-from .._common import CheckedEvidence, store_evidence
+from .._common import Observation, store_evidence
 from ..default import own_store, pool_method
 
 __all__ = ["AUTH_STATUSES", "MAX_REJECTIONS", "ActiveKeyState"]
@@ -148,27 +148,15 @@ class ActiveKeyState:
     def _record_scoped(
         self,
         scope: CallScope,
-        key: str,
-        evidence: CheckedEvidence,
+        seen: Observation,
         current: CooldownSettings,
         fallback_seconds: float,
-        retry_after_seconds: float | None = None,
-        sent_at: float | None = None,
     ) -> None:
         """Record in the store (no pool lock: it may reach Redis), then mirror a wide auth.
         `scope.now` is the caller's resolved clock."""
         now = resolve_now(scope.now)
-        deadline = store_evidence(
-            self.store,
-            self._learner,
-            scope,
-            key,
-            evidence,
-            retry_after_seconds=retry_after_seconds,
-            fallback_seconds=fallback_seconds,
-            current=current,
-            sent_at=sent_at,
-        )
+        key, evidence = seen.key, seen.evidence
+        deadline = store_evidence(self.store, self._learner, scope, seen, fallback_seconds, current)
         if evidence.rejected_wide and deadline is not None:
             with self._lock:
                 self._rest(key, max(self.rejected_until.get(key, 0.0), deadline), now)

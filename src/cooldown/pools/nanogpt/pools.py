@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ...arguments import resolve_now, seconds
 from ...evidence.outcome import UpstreamOutcome
 from ...store import CallScope
 from .._common import (
     CheckedEvidence,
+    Observation,
     check_evidence,
     scoped_max_seconds,
     scoped_settings,
@@ -28,6 +30,21 @@ __all__ = [
     "configured_nanogpt_keys",
     "is_nanogpt_credential_rejection",
 ]
+
+
+class _Report(NamedTuple):
+    """What a caller reports of one NanoGPT answer, as `record_result` and `invalidate`
+    take it (unchecked)."""
+
+    check_ttl_seconds: float
+    rejected_cooldown_seconds: float
+    now: float | None
+    model: str | None
+    quota_bucket: str | None
+    outcome: UpstreamOutcome | None
+    credential_wide_auth: bool | None
+    retry_after_seconds: float | None
+    sent_at: float | None
 
 
 def is_nanogpt_credential_rejection(status: object) -> bool:
@@ -80,20 +97,18 @@ class _ValidatedKeyPool(ValidatedKeyPool):
 
         `sent_at` (monotonic, default now): when the request started; a success sent before
         a throttle was recorded reopens nothing."""
-        self._observe(
-            key,
-            status,
-            count_request=True,
-            check_ttl_seconds=check_ttl_seconds,
-            rejected_cooldown_seconds=rejected_cooldown_seconds,
-            now=now,
-            model=model,
-            quota_bucket=quota_bucket,
-            outcome=outcome,
-            credential_wide_auth=credential_wide_auth,
-            retry_after_seconds=retry_after_seconds,
-            sent_at=sent_at,
+        report = _Report(
+            check_ttl_seconds,
+            rejected_cooldown_seconds,
+            now,
+            model,
+            quota_bucket,
+            outcome,
+            credential_wide_auth,
+            retry_after_seconds,
+            sent_at,
         )
+        self._observe(key, status, report, count_request=True)
 
     @pool_method
     def invalidate(
@@ -112,38 +127,35 @@ class _ValidatedKeyPool(ValidatedKeyPool):
         sent_at: float | None = None,
     ) -> None:
         """Stop using `key` after a rejection; legacy clears it as active whatever the status."""
-        self._observe(
-            key,
-            status,
-            count_request=False,
-            check_ttl_seconds=check_ttl_seconds,
-            rejected_cooldown_seconds=rejected_cooldown_seconds,
-            now=now,
-            model=model,
-            quota_bucket=quota_bucket,
-            outcome=outcome,
-            credential_wide_auth=credential_wide_auth,
-            retry_after_seconds=retry_after_seconds,
-            sent_at=sent_at,
+        report = _Report(
+            check_ttl_seconds,
+            rejected_cooldown_seconds,
+            now,
+            model,
+            quota_bucket,
+            outcome,
+            credential_wide_auth,
+            retry_after_seconds,
+            sent_at,
         )
+        self._observe(key, status, report, count_request=False)
 
     @pool_method
     def _observe(
-        self,
-        key: str | None,
-        status: int,
-        *,
-        count_request: bool,
-        check_ttl_seconds: float,
-        rejected_cooldown_seconds: float,
-        now: float | None,
-        model: str | None,
-        quota_bucket: str | None,
-        outcome: UpstreamOutcome | None,
-        credential_wide_auth: bool | None,
-        retry_after_seconds: float | None,
-        sent_at: float | None,
+        self, key: str | None, status: int, report: _Report, *, count_request: bool
     ) -> None:
+        """`record_result` and `invalidate`: what one answer with `key` says (`report`)."""
+        (
+            check_ttl_seconds,
+            rejected_cooldown_seconds,
+            now,
+            model,
+            quota_bucket,
+            outcome,
+            credential_wide_auth,
+            retry_after_seconds,
+            sent_at,
+        ) = report
         status = status_code(status)
         check_evidence(outcome, credential_wide_auth)
         current = scoped_settings(self.store, model, quota_bucket)
@@ -161,9 +173,8 @@ class _ValidatedKeyPool(ValidatedKeyPool):
                 self.namespace, model, quota_bucket, current_time, current.max_seconds
             )
             fallback = evidence.fallback(current, rejected=ttl, otherwise=throttle_seconds)
-            self._record_scoped(
-                scope, key, evidence, current, fallback, retry_after_seconds, sent_at
-            )
+            seen = Observation(key, evidence, retry_after_seconds, sent_at)
+            self._record_scoped(scope, seen, current, fallback)
         with self._lock:
             if current is None and (not count_request or is_nanogpt_credential_rejection(status)):
                 if is_nanogpt_credential_rejection(status):  # a probe of this key must see it

@@ -11,7 +11,7 @@ from ...config import CooldownSettings
 from ...errors import NanoGPTKeyPoolExhausted
 from ...evidence.outcome import classify_upstream_outcome
 from ...store import CallScope
-from .._common import CheckedEvidence, scoped_settings, unique_stripped
+from .._common import CheckedEvidence, Observation, scoped_settings, unique_stripped
 from ..default import pool_method
 from .active_key import ActiveKeyState
 
@@ -29,19 +29,26 @@ _PROBE_ERRORS = (OSError, RuntimeError, TypeError, ValueError)
 
 
 class _Revalidation(NamedTuple):
-    """How long a validated key stays trusted, and how long a probe's rejection lasts."""
+    """How a key is validated (`probe`), how long a validated key stays trusted, and how
+    long a probe's rejection lasts."""
 
+    probe: Callable[[str], int]
     ttl: float
     request_budget: int
     throttle_seconds: float
 
     @classmethod
     def from_arguments(
-        cls, check_ttl_seconds: float, check_every_requests: int, rejected_cooldown_seconds: float
+        cls,
+        probe: Callable[[str], int],
+        check_ttl_seconds: float,
+        check_every_requests: int,
+        rejected_cooldown_seconds: float,
     ) -> _Revalidation:
         if isinstance(check_every_requests, bool) or not isinstance(check_every_requests, int):
             raise TypeError("check_every_requests must be an int")
         return cls(
+            probe,
             seconds(check_ttl_seconds, "check_ttl_seconds"),
             max(1, check_every_requests),
             seconds(rejected_cooldown_seconds, "rejected_cooldown_seconds"),
@@ -128,7 +135,7 @@ class ValidatedKeyPool(ActiveKeyState):
         if not configured:
             return None
         policy = _Revalidation.from_arguments(
-            check_ttl_seconds, check_every_requests, rejected_cooldown_seconds
+            probe, check_ttl_seconds, check_every_requests, rejected_cooldown_seconds
         )
         current_time = resolve_now(now)
         with self._lock:
@@ -148,36 +155,23 @@ class ValidatedKeyPool(ActiveKeyState):
                 previous = self.active_key
             if reusable is not None:
                 return reusable
-            return self._validate(
-                configured,
-                candidates,
-                probe,
-                policy,
-                previous,
-                model,
-                quota_bucket,
-                current,
-                current_time,
-            )
+            asked = CallScope(self.namespace, model, quota_bucket, current_time)
+            return self._validate(configured, candidates, policy, previous, asked, current)
 
     @pool_method
     def _rejected_meanwhile(
-        self,
-        key: str,
-        recorded_before: int,
-        model: str | None,
-        quota_bucket: str | None,
-        current: CooldownSettings | None,
-        now: float,
+        self, key: str, recorded_before: int, asked: CallScope, current: CooldownSettings | None
     ) -> bool:
-        """Was the key rejected, or cooled for this scope, while its probe was in flight?"""
+        """Was the key rejected, or cooled for the scope `asked`, while its probe was in
+        flight?"""
+        now = resolve_now(asked.now)
         with self._lock:
             if self._recorded.get(key, 0) != recorded_before:
                 return True
             rests = self._rests_within(None if current is None else current.max_seconds, now)
         if current is None:
             return False
-        scope = CallScope(self.namespace, model, quota_bucket, now, current.max_seconds)
+        scope = asked._replace(max_seconds=current.max_seconds)
         return not self.store.available(scope, [key], legacy_rest_until=rests)
 
     @pool_method
@@ -185,15 +179,14 @@ class ValidatedKeyPool(ActiveKeyState):
         self,
         configured: Sequence[str],
         candidates: Sequence[str],
-        probe: Callable[[str], int],
         policy: _Revalidation,
         previous: str | None,
-        model: str | None,
-        quota_bucket: str | None,
+        asked: CallScope,
         current: CooldownSettings | None,
-        now: float,
     ) -> str:
-        """Probe candidates in order, active key first; no state lock is held while probing."""
+        """Probe candidates in order, active key first, for the scope `asked` (its `now`
+        resolved); no state lock is held while probing."""
+        model, quota_bucket, now = asked.model, asked.quota_bucket, resolve_now(asked.now)
         probed = False
         previous_ambiguous = False
         with self._lock:
@@ -204,11 +197,9 @@ class ValidatedKeyPool(ActiveKeyState):
                     continue
                 recorded_before = self._recorded.get(key, 0)
             probed = True
-            status = _probe_status(probe, key)
+            status = _probe_status(policy.probe, key)
             if status is not None and 200 <= status < 300:
-                if self._rejected_meanwhile(
-                    key, recorded_before, model, quota_bucket, current, now
-                ):
+                if self._rejected_meanwhile(key, recorded_before, asked, current):
                     continue  # a 429 or 401 arrived while the probe ran: it wins
                 with self._lock:
                     if current is None:
@@ -221,7 +212,7 @@ class ValidatedKeyPool(ActiveKeyState):
                 # A probe carries no model evidence: only genuine auth cools the key.
                 wide_auth = CheckedEvidence(classify_upstream_outcome(401), True)
                 scope = CallScope(self.namespace, now=now, max_seconds=current.max_seconds)
-                self._record_scoped(scope, key, wide_auth, current, policy.ttl)
+                self._record_scoped(scope, Observation(key, wide_auth), current, policy.ttl)
             elif key == previous:
                 previous_ambiguous = True
         with self._lock:
