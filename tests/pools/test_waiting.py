@@ -220,7 +220,7 @@ def test_waiters_are_served_first_come_first_served_under_8_threads() -> None:
     threads = []
     for index in range(8):
         thread = threading.Thread(
-            target=store.wait_for_key,
+            target=store.waiters.wait,
             args=(CallScope(P, "m"), refusal, lambda index=index: admit(index)),
             kwargs={"seconds": BOUND, "max_waiters": 64},
         )

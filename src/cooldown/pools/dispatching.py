@@ -207,7 +207,7 @@ class _ScopedDispatch:
             waiting_from = time.monotonic()
             if self.wait_until <= waiting_from:
                 raise
-            taken = self.store.wait_for_key(
+            taken = self.store.waiters.wait(
                 self.scope,
                 refusal,
                 lambda: self._admit_once(set(), waited=time.monotonic() - waiting_from),

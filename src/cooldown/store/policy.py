@@ -3,14 +3,12 @@ keywords, build one `CallScope` and hand it to the room that answers."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import NoReturn, TypeVar
+from typing import NoReturn
 
 from ..arguments import require_str
-from ..digests import PreparedHmac, credential_message, credential_prefix, scope_message
-from ..errors import ModelCooldownExhausted
+from ..digests import PreparedHmac, credential_message, credential_prefix
 from ..evidence.outcome import UpstreamOutcome
 from .admission import ORDERS, Attempt, Order
 from .attempts import Attempts
@@ -25,8 +23,6 @@ from .scope import CallScope, call_scope
 from .selection import Reason, Selection
 from .verdict import Verdict
 from .waiting import SHARED_RECHECK_SECONDS
-
-_T = TypeVar("_T")
 
 __all__ = [
     "MAX_ENTRIES",
@@ -335,25 +331,6 @@ class ModelCooldown:
     def stats(self) -> dict[str, int | bool]:
         """Counts only: safe to expose on a status endpoint."""
         return self.inspection.stats()
-
-    def wait_for_key(
-        self,
-        scope: CallScope,
-        refusal: ModelCooldownExhausted,
-        admit: Callable[[], _T],
-        *,
-        seconds: float,
-        max_waiters: int,
-        gone: threading.Event | None = None,
-    ) -> _T:
-        """`admit()` again once a key may be free, for at most `seconds`, first come first
-        served among this store's waiters for the provider and scope; else the 429, with
-        its then-remaining `Retry-After`. No lock is held while waiting. Once `gone` is set
-        (its caller left) the waiter leaves the queue and admits nothing more."""
-        queue = (scope.provider, scope_message(scope.model, scope.quota_bucket))
-        return self.waiters.wait(
-            queue, refusal, admit, seconds=seconds, max_waiters=max_waiters, gone=gone
-        )
 
     def attach_shared(self, shared: SharedObservations, *, secret: bytes) -> None:
         """Also record into, and select with, observations shared with other processes.

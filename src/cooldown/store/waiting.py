@@ -10,8 +10,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
+from ..digests import scope_message
 from ..errors import ModelCooldownExhausted
 from ..forksafe import new_lock
+from .scope import CallScope
 
 __all__ = ["SHARED_RECHECK_SECONDS", "WAIT_BUCKETS", "WAIT_COUNTERS", "KeyWaiters"]
 
@@ -86,7 +88,7 @@ class KeyWaiters:
 
     def wait(
         self,
-        queue: tuple[str, bytes | None],
+        scope: CallScope,
         refusal: ModelCooldownExhausted,
         admit: Callable[[], _T],
         *,
@@ -97,14 +99,16 @@ class KeyWaiters:
         """`admit()` once a key frees within `seconds`; else `refusal` (or the then-current
         one, with its then-remaining `Retry-After`). Over `max_waiters` waiters of the
         provider, or with the earliest key free only beyond `seconds`: `refusal` at once.
-        Once `gone` is set, `refusal` at once, its place given to the next. `queue` is the
-        provider and the scope's digest."""
+        Waiters queue per provider and model (or bucket) of `scope`, first come first
+        served; no lock is held while waiting. Once `gone` is set (its caller left),
+        `refusal` at once, its place given to the next."""
         started = time.monotonic()
         deadline = started + seconds
         if _free_in(refusal) > seconds and not refusal.awaits_attempts:
             raise refusal
         ticket = threading.Condition(self._lock)
-        key, provider, recheck = queue, queue[0], self.recheck
+        provider, recheck = scope.provider, self.recheck
+        key = (provider, scope_message(scope.model, scope.quota_bucket))
         with self._lock:
             if self._per_provider.get(provider, 0) >= max_waiters:
                 self.counts["waits_refused_total"] += 1
