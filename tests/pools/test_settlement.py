@@ -24,34 +24,51 @@ HEADERS = {
 }
 
 
+PARTS = ("operators", "refills", "inspection", "waiters")
+
+
 class CountingStore(ModelCooldown):
-    """Counts the calls a pool makes into its store (not the store's calls to itself)."""
+    """Counts the calls a pool makes into its store, through its public methods or its parts
+    (`store.operators.drain` counts as `"operators.drain"`), not the store's calls to
+    itself."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[str] = []
         self._inside = threading.local()
+        for part_name in PARTS:
+            part = getattr(self, part_name)
+            for name in dir(part):
+                if not name.startswith("_") and callable(getattr(part, name)):
+                    counted = self._counted(f"{part_name}.{name}", getattr(part, name))
+                    setattr(part, name, counted)
+
+    def _counted(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self._inside, "depth", 0)
+            if depth == 0:
+                self.calls.append(name)
+            self._inside.depth = depth + 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._inside.depth = depth
+
+        return counted
 
 
-def _counted(name: str) -> Callable[..., Any]:
+def _counted_method(name: str) -> Callable[..., Any]:
     method = getattr(ModelCooldown, name)
 
     def counted(self: CountingStore, *args: Any, **kwargs: Any) -> Any:
-        depth = getattr(self._inside, "depth", 0)
-        if depth == 0:
-            self.calls.append(name)
-        self._inside.depth = depth + 1
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self._inside.depth = depth
+        return self._counted(name, method)(self, *args, **kwargs)
 
     return counted
 
 
 for _name in dir(ModelCooldown):
     if not _name.startswith("_") and callable(getattr(ModelCooldown, _name)):
-        setattr(CountingStore, _name, _counted(_name))
+        setattr(CountingStore, _name, _counted_method(_name))
 
 
 class Answer:
