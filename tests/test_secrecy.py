@@ -22,6 +22,7 @@ from cooldown import (
     recording_context,
     selection_scope,
 )
+from cooldown.pools.provider import Provider
 
 P = "ce-claude-max"
 BASE = "CODEX_EVERYWHERE_API_KEY_CLAUDE_MAX"
@@ -80,7 +81,7 @@ def test_nothing_leaks(
             CredentialPool.select(P, model=MODEL + "-fresh")
         texts.append(str(capacity.value))
         unavailable = client.post("/chat")  # the bucket is all-cooling: still a 429
-        monkeypatch.setitem(CredentialPool._providers, "fresh", BASE)
+        monkeypatch.setitem(CredentialPool._providers, "fresh", Provider("fresh", BASE))
         with pytest.raises(ModelCooldownExhausted) as cooled:
             CredentialPool.select(P, quota_bucket=BUCKET)
         texts.append(str(cooled.value))

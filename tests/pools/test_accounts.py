@@ -21,7 +21,6 @@ ACCOUNTS = {"team-a": [1, 2], "team-b": [3]}
 def unregister() -> Iterator[None]:
     yield
     CredentialPool._providers.pop(P, None)
-    CredentialPool._accounts.pop(P, None)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from cooldown import (
     classify_upstream_outcome,
     model_cooldown,
 )
+from cooldown.pools.provider import Provider
 
 P = "ce-gpt-plus"
 BASE = "CODEX_EVERYWHERE_API_KEY_GPT_PLUS_POOL"
@@ -72,7 +73,7 @@ def test_unregistered_provider_has_no_keys() -> None:
 
 
 def test_register_adds_a_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(CredentialPool._providers, "custom", "CUSTOM_KEY")
+    monkeypatch.setitem(CredentialPool._providers, "custom", Provider("custom", "CUSTOM_KEY"))
     CredentialPool.register("custom", "CUSTOM_POOL_KEY")
     assert CredentialPool.pooled("custom")
     assert CredentialPool.keys("custom", {"CUSTOM_POOL_KEY_4": "k"}) == ["k"]

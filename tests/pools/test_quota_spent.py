@@ -73,7 +73,6 @@ def pool(enabled: None) -> Iterator[None]:
     CredentialPool.register(P, keys=KEYS, accounts=ACCOUNTS)
     yield
     CredentialPool._providers.pop(P, None)
-    CredentialPool._accounts.pop(P, None)
 
 
 def spend(key: str, **when: Any) -> None:

@@ -82,7 +82,6 @@ def drive(pool: Any, provider: FixedWindow, seconds: range, model: str = "m") ->
 def unregister(enabled: None) -> Iterator[None]:
     yield
     CredentialPool._providers.pop(P, None)
-    CredentialPool._refill.pop(P, None)
 
 
 def test_a_fixed_window_is_learned_from_one_429_and_never_overrun_again() -> None:

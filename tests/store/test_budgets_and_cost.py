@@ -208,7 +208,6 @@ def test_in_windows_an_unknown_cost_short_of_tokens_cools_its_key_as_advised(
     with pytest.raises(ModelCooldownExhausted):
         CredentialPool.dispatch(unknown_cost, lambda key: Answer(429, SHORT_OF_TOKENS), model=MODEL)
     assert CredentialPool.available(unknown_cost, model=MODEL, now=sent_at + 1.5) == []
-    CredentialPool._refill.pop(unknown_cost, None)
 
 
 def test_a_429_with_requests_and_every_token_left_still_cools_the_key(unknown_cost: str) -> None:

@@ -16,6 +16,7 @@ from cooldown import (
     NanoGPTUnifiedKeyPool,
     model_cooldown,
 )
+from cooldown.pools.provider import Provider
 
 THREADS = 8
 OPERATIONS = 10_000
@@ -46,7 +47,7 @@ def stress_pools(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     for thread in range(THREADS):
         provider = f"stress-{thread}"
         base = f"STRESS_KEY_{thread}"
-        monkeypatch.setitem(CredentialPool._providers, provider, base)
+        monkeypatch.setitem(CredentialPool._providers, provider, Provider(provider, base))
         for index in range(4):
             name = base if index == 0 else f"{base}_{index}"
             monkeypatch.setenv(name, f"sk-stress-{thread}-{index}")

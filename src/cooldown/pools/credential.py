@@ -29,6 +29,7 @@ from .default import own_store, pool_method
 from .dispatching import steps_for
 from .key_status import PoolExtras, PoolStatus, keys_status
 from .legacy import LegacyRests
+from .provider import Provider
 from .recording import KeyRecording
 from .request import Request
 from .rotation import arotate, in_thread, refuse_coroutine_function, rotate
@@ -85,9 +86,7 @@ class CredentialPool(KeyRecording, PoolActions):
     store: ModelCooldown  # where its scoped observations go (public: the status surface reads it)
     _learner: WindowLearner
     _legacy: LegacyRests
-    _providers: dict[str, str | CodeKeys]
-    _accounts: dict[str, dict[int | str, str]]
-    _first_positions: dict[str, dict[str, int]]
+    _providers: dict[str, Provider]
 
     def __init__(self, store: ModelCooldown | None = None) -> None:
         """A pool with the built-in providers and nothing else in common with any other;
@@ -101,11 +100,7 @@ class CredentialPool(KeyRecording, PoolActions):
         state._lock = new_lock(pool)
         state.store, state._learner = store, learner
         state._legacy = LegacyRests()
-        state._providers = dict(BUILT_IN_PROVIDERS)
-        state._accounts = {}
-        state._first_positions = {}
-        state._refill = {}
-        state._limits, state._day_zones = {}, {}
+        state._providers = {name: Provider(name, base) for name, base in BUILT_IN_PROVIDERS.items()}
         state._usage = UsageReadings()
 
     def __repr__(self) -> str:
@@ -164,20 +159,10 @@ class CredentialPool(KeyRecording, PoolActions):
         declared = declared_limits(limits, day_zone)
         zone = day_zone_of(day_zone)
         reader = checked_reader(usage)
+        registered = Provider(provider, source, grouped, refill, declared, zone)
         with self._lock:
-            self._providers[provider] = source
-            self._first_positions.pop(provider, None)
-            self._refill[provider] = refill
-            self._day_zones[provider] = zone
-            if declared is None:
-                self._limits.pop(provider, None)
-            else:
-                self._limits[provider] = declared
+            self._providers[provider] = registered
             self._usage.reader(provider, reader)
-            if grouped is None:
-                self._accounts.pop(provider, None)
-            else:
-                self._accounts[provider] = grouped
 
     @pool_method
     def pooled(self, provider: str) -> bool:
@@ -362,7 +347,8 @@ class CredentialPool(KeyRecording, PoolActions):
         current_time = resolve_now(now)
         maximum = None if current is None else current.max_seconds
         self._in_rotation(provider, candidates, current_time)  # follows the fleet's clears
-        fixed = self._refill.get(provider, "auto")
+        registered = self._provider(provider)
+        fixed = "auto" if registered is None else registered.refill
         rests = self._legacy.live(provider, candidates, current_time, maximum)
         scope = CallScope(
             provider,
@@ -387,7 +373,8 @@ class CredentialPool(KeyRecording, PoolActions):
         """Forget every legacy rest, where keys were first seen and every usage reading, and
         stop the usage thread (tests); registered providers stay."""
         self._legacy.reset()
-        self._first_positions.clear()
+        for registered in self._providers.values():
+            registered.first_positions = {}
         self._usage.stop()
 
 

@@ -196,7 +196,8 @@ class _ScopedDispatch:
         )
         self.declared_cost = cost  # the caller's; the scope's grows with what answers prove
         self.verdicts: dict[int, Verdict] = {}  # by attempt token: read, not yet settled
-        self.fixed: RefillSetting = pool._refill.get(provider, "auto")
+        registered = pool._provider(provider)
+        self.fixed: RefillSetting = "auto" if registered is None else registered.refill
 
     def admit(self, tried: set[str]) -> tuple[str, Attempt] | None:
         """The next key, counted in flight; when none is free, wait for the earliest within

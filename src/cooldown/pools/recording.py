@@ -11,7 +11,6 @@ from ..evidence.headers import header_value
 from ..evidence.learn import WindowLearner
 from ..evidence.outcome import UpstreamOutcome
 from ..store import CallScope
-from ..store.refills import RefillSetting
 from ._common import (
     CheckedEvidence,
     Observation,
@@ -42,7 +41,6 @@ class KeyRecording(KeySelection):
     """`record` and `record_headers`, mixed into `CredentialPool` over its selection."""
 
     _learner: WindowLearner  # the windows learned from this pool's throttles
-    _refill: dict[str, RefillSetting]  # as `register` fixed it; unregistered: "auto"
 
     # -- recording ----------------------------------------------------------------------------
 

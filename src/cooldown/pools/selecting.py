@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timezone, tzinfo
+from datetime import timezone
 
 from ..arguments import check_cost, require_keys, resolve_now
 from ..store import CallScope, ModelCooldown, Order
 from ..store.declared import DeclaredLimits
 from ._common import by_affinity, check_affinity, scoped_max_seconds
 from .accounts import AccountMap, accounts_from_environment, labels_by_key
-from .code_keys import CodeKeys
 from .default import pool_method
-from .discovery import discover, discovered_positions, numbered_keys
 from .legacy import LegacyRests
 from .limits import limits_from_environment
+from .provider import Provider
 from .usage_readings import UsageReadings
 
 __all__ = ["KeySelection"]
@@ -25,12 +24,13 @@ class KeySelection:
 
     store: ModelCooldown
     _legacy: LegacyRests
-    _providers: dict[str, str | CodeKeys]  # the base variable of its keys, or code
-    _accounts: dict[str, dict[int | str, str]]  # registered: position or key label -> label
-    _first_positions: dict[str, dict[str, int]]  # each pooled key's place when first seen
-    _limits: dict[str, DeclaredLimits]  # registered with limits
-    _day_zones: dict[str, tzinfo | None]  # registered: when its day ends (None: rolling)
+    _providers: dict[str, Provider]  # registered, in registration order
     _usage: UsageReadings  # the usage readers and their last readings
+
+    @pool_method
+    def _provider(self, provider: str) -> Provider | None:
+        """The provider as registered, or `None`."""
+        return self._providers.get(provider)
 
     @pool_method
     def keys(self, provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -38,12 +38,8 @@ class KeySelection:
 
         `environ` stands in for the process environment; keys given in code ignore it.
         """
-        source = self._providers.get(provider)
-        if source is None:
-            return []
-        if isinstance(source, CodeKeys):
-            return source.current()
-        return discover(source, numbered_keys(source), environ)
+        registered = self._providers.get(provider)
+        return [] if registered is None else registered.keys(environ)
 
     @pool_method
     def key_positions(
@@ -53,40 +49,30 @@ class KeySelection:
         positions name): a placeholder or duplicate dropped keeps its place, and a key keeps
         the place it was first seen at while it stays pooled, so a key that leaves moves no
         other key between accounts."""
-        source = self._providers.get(provider)
-        if source is None:
-            return {}
-        if isinstance(source, CodeKeys):
-            positions = source.positions()
-        else:
-            positions = discovered_positions(source, numbered_keys(source), environ)
-        seen = self._first_positions.get(provider, {})
-        kept = {key: seen.get(key, place) for key, place in positions.items()}
-        if kept.keys() != seen.keys():  # a key came or left: keys that left are forgotten
-            self._first_positions[provider] = kept
-        return kept
+        registered = self._providers.get(provider)
+        return {} if registered is None else registered.key_positions(environ)
 
     @pool_method
     def _reads_keys_now(self, provider: str) -> bool:
         """Would reading `provider`'s keys call its `keys=` callable now (a secret manager
         read, which an async caller makes off the event loop)?"""
-        source = self._providers.get(provider)
-        return isinstance(source, CodeKeys) and source.due()
+        registered = self._providers.get(provider)
+        return registered is not None and registered.reads_keys_now()
 
     @pool_method
     def accounts(self, provider: str) -> AccountMap:
         """Position -> account label: registered ones, else `MODEL_COOLDOWN_ACCOUNTS`."""
-        registered = self._accounts.get(provider)
-        return accounts_from_environment(provider) if registered is None else registered
+        registered = self._providers.get(provider)
+        return accounts_from_environment(provider) if registered is None else registered.accounts()
 
     @pool_method
     def declared_limits(self, provider: str) -> DeclaredLimits | None:
         """The limits declared for `provider`: registered ones, else `MODEL_COOLDOWN_LIMITS`'s
         (its day ending in the registered `day_zone`)."""
-        registered = self._limits.get(provider)
-        if registered is not None:
-            return registered
-        return limits_from_environment(provider, self._day_zones.get(provider, timezone.utc))
+        registered = self._providers.get(provider)
+        if registered is None:
+            return limits_from_environment(provider, timezone.utc)
+        return registered.limits()
 
     @pool_method
     def key_accounts(self, provider: str) -> dict[str, str]:
