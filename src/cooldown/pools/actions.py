@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ..config import settings
 from ..shared import share_when_configured
@@ -12,9 +13,33 @@ from .default import pool_method
 from .key_status import KeyStatus, PoolStatus
 from .legacy import LegacyRests
 
-__all__ = ["PoolActions"]
+__all__ = ["KEY_ACTIONS", "KeyAction", "PoolActions"]
 
 logger = logging.getLogger("cooldown")
+
+
+class KeyAction(NamedTuple):
+    """One operator action on a key, as the status route and the CLI offer it: the pool
+    method of that name, what it does, and whether it takes a model or quota bucket."""
+
+    name: str
+    help: str
+    scoped: bool = False
+
+
+KEY_ACTIONS = (
+    KeyAction(
+        "drain", "Take the key LABEL (as `status` shows it) out of rotation for every model."
+    ),
+    KeyAction("undrain", "Put the drained key LABEL back into rotation."),
+    KeyAction(
+        "clear",
+        "Forget the key LABEL's throttles, auth rests, budgets and probes (one scope, or all).",
+        scoped=True,
+    ),
+)
+"""Every action the status route (`POST .../keys/<provider>/<label>/<action>`) and the
+`flask cooldown` commands offer; a new action is a `PoolActions` method and its row here."""
 
 
 class PoolActions:

@@ -13,6 +13,7 @@ import click
 from flask.cli import AppGroup
 
 from ..config import STATUS_TOKEN_ENV, settings
+from ..pools.actions import KEY_ACTIONS, KeyAction
 from .summary import Pools, app_pools, overview
 
 __all__ = ["cooldown_cli"]
@@ -158,37 +159,33 @@ _TOKEN = click.option(
 )
 
 
-def _key_command(action: str, doc: str) -> None:
-    """`flask cooldown drain` and `undrain`: one key, by its label, and nothing else."""
+def _key_command(action: KeyAction) -> None:
+    """`flask cooldown <action> PROVIDER LABEL`: one key, by its label; a scoped action
+    (a clear) also takes `--model` or `--bucket`."""
 
-    @cooldown_cli.command(action, help=doc)
     @click.argument("provider")
     @click.argument("label")
     @_URL
     @_TOKEN
-    def command(provider: str, label: str, url: str | None, token: str | None) -> None:
-        _act(action, provider, label, {}, url, token)
+    def command(
+        provider: str,
+        label: str,
+        url: str | None,
+        token: str | None,
+        model: str | None = None,
+        bucket: str | None = None,
+    ) -> None:
+        given = (("model", model), ("quota_bucket", bucket))
+        scope = {name: value for name, value in given if value}
+        _act(action.name, provider, label, scope, url, token)
+
+    if action.scoped:
+        command = click.option("--bucket", default=None, help="this quota bucket's state only")(
+            command
+        )
+        command = click.option("--model", default=None, help="this model's state only")(command)
+    cooldown_cli.command(action.name, help=action.help)(command)
 
 
-_key_command("drain", "Take the key LABEL (as `status` shows it) out of rotation for every model.")
-_key_command("undrain", "Put the drained key LABEL back into rotation.")
-
-
-@cooldown_cli.command("clear")
-@click.argument("provider")
-@click.argument("label")
-@click.option("--model", default=None, help="clear this model's state only")
-@click.option("--bucket", default=None, help="clear this quota bucket's state only")
-@_URL
-@_TOKEN
-def clear_command(
-    provider: str,
-    label: str,
-    model: str | None,
-    bucket: str | None,
-    url: str | None,
-    token: str | None,
-) -> None:
-    """Forget the key LABEL's throttles, auth rests, budgets and probes (one scope, or all)."""
-    scope = {name: value for name, value in (("model", model), ("quota_bucket", bucket)) if value}
-    _act("clear", provider, label, scope, url, token)
+for _action in KEY_ACTIONS:
+    _key_command(_action)

@@ -14,6 +14,7 @@ from typing import Any, TypeGuard
 from flask import Blueprint, Flask, Response, current_app, request
 
 from ..config import STATUS_TOKEN_ENV, warn_once
+from ..pools.actions import KEY_ACTIONS
 from .metrics import metrics_response
 from .summary import Pools, app_pools, checked_pools, matrix, overview
 
@@ -186,9 +187,10 @@ def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> 
     def key_action(provider: str, label: str, action: str) -> Response:
         """An operator's drain, undrain or clear of one key, named by its status label."""
         pool = shown()
-        if action not in KEY_ACTIONS or not pool.pooled(provider):
+        offered = _OFFERED.get(action)
+        if offered is None or not pool.pooled(provider):
             return _error(404, "not_found", "Not found.")
-        scope = _action_scope() if action == "clear" else {}
+        scope = _action_scope() if offered.scoped else {}
         if scope is None:
             return _error(400, "bad_request", "model and quota_bucket must be strings.")
         try:
@@ -211,11 +213,12 @@ def status_blueprint(*, url_prefix: str = "/cooldown", pools: object = None) -> 
     return blueprint
 
 
-KEY_ACTIONS = ("drain", "undrain", "clear")
+_OFFERED = {action.name: action for action in KEY_ACTIONS}
 
 
 def _action_scope() -> dict[str, str] | None:
-    """A clear's optional JSON `{"model": ..., "quota_bucket": ...}`; `None` when malformed
+    """A scoped action's optional JSON `{"model": ..., "quota_bucket": ...}` (a clear's);
+    `None` when malformed
     (a junk scope must never widen into a clear of every scope)."""
     try:
         body = request.get_json(silent=True) if request.get_data() else {}
