@@ -18,6 +18,7 @@ from cooldown import (
     CredentialPool,
     ModelCooldown,
     ModelCooldownExhausted,
+    classify_upstream_outcome,
     init_app,
     model_cooldown,
     status_blueprint,
@@ -241,6 +242,54 @@ def test_waiters_are_served_first_come_first_served_under_8_threads() -> None:
     for thread in threads:
         thread.join(BOUND)
     assert served == list(range(8))
+
+
+def test_a_change_wakes_the_waiters_of_its_provider_only() -> None:
+    """A success recorded for one provider re-checks its waiters, not another provider's
+    (whose keys it cannot have freed); a release whose provider is unknown wakes both."""
+    store = ModelCooldown()
+    refusal = ModelCooldownExhausted(1)
+    refusal.awaits_attempts = True  # wait for a release, however long the cooldown
+    free = threading.Event()
+    tried = {"first": 0, "second": 0}
+
+    def admit(provider: str) -> str:
+        tried[provider] += 1
+        if not free.is_set():
+            raise refusal
+        return provider
+
+    threads = [
+        threading.Thread(
+            target=store.waiters.wait,
+            args=(CallScope(provider, "m"), refusal, lambda provider=provider: admit(provider)),
+            kwargs={"seconds": BOUND, "max_waiters": 64},
+        )
+        for provider in tried
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + BOUND
+    while store.waiters.waiting < 2 or min(tried.values()) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    woken = {"first": 0, "second": 0}
+    for (provider, _), queue in dict(store.waiters._queues).items():
+        ticket = queue[0]
+
+        def counted(n: int = 1, provider: str = provider, notify: Any = ticket.notify) -> None:
+            woken[provider] += 1
+            notify(n)
+
+        ticket.notify = counted  # type: ignore[method-assign]
+    store.record("first", "sk-first", classify_upstream_outcome(200), model="m")
+    assert woken == {"first": 1, "second": 0}
+    free.set()
+    store.waiters.notify()  # whose key is unknown: every provider's waiters
+    assert woken == {"first": 2, "second": 1}
+    for thread in threads:
+        thread.join(BOUND)
+    assert not any(thread.is_alive() for thread in threads)
 
 
 def test_an_async_waiter_never_stalls_the_event_loop() -> None:

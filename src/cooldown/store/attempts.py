@@ -24,6 +24,7 @@ from .admission import Attempt
 from .backend import Announced
 from .claims import Claim
 from .ending import ENDING, checked_budget, require_attempt
+from .events import Event
 from .lookup import gather
 from .operators import KeyActions
 from .parts import StoreState
@@ -158,12 +159,14 @@ class Attempts:
         finally:
             ENDING.reset(token)
 
-    def finish(self, attempt: Attempt, *, served: bool, answered: bool = True) -> None:
-        """See `ModelCooldown.finish`."""
+    def finish(
+        self, attempt: Attempt, *, served: bool, answered: bool = True, provider: str | None = None
+    ) -> None:
+        """See `ModelCooldown.finish`; `provider`, when the caller knows whose key it was."""
         require_attempt(attempt)
         with self._state.lock:
             self._state.admission.finish(attempt, served=served, answered=answered)
-        self._state.waiters.notify()  # the attempt no longer holds its key
+        self._state.changed(Event("released", provider))  # it no longer holds its key
         sharing = self._state.shared
         if attempt.shared is not None and sharing is not None:  # no lock across the round trip
             sharing.backend.end(attempt.shared, served=served)
@@ -193,7 +196,8 @@ class Attempts:
                 with self.ending(attempt):
                     deadline = self._prove(attempt, verdict)
                     attempt.shared.learned = verdict.learned
-        self.finish(attempt, served=served, answered=answered)
+        provider = None if verdict is None else verdict.scope.provider
+        self.finish(attempt, served=served, answered=answered, provider=provider)
         return deadline
 
     def _prove(self, attempt: Attempt, verdict: Verdict) -> float | None:

@@ -19,6 +19,7 @@ from ..digests import (
 )
 from .backend import Reading, Sharing
 from .budget import DIGEST_SIZE
+from .events import Event
 from .parts import StoreState
 from .quota_marks import held_by_quota
 from .scope import CallScope
@@ -72,7 +73,7 @@ class KeyActions:
             else:
                 self._state.drained.add(local)
         if not drained:
-            self._state.waiters.notify()  # the key is back: a waiter may take it now
+            self._state.changed(Event("undrained", provider))  # a waiter may take it now
         sharing = self._state.shared
         if sharing is not None:  # no lock across the round trip
             sharing.backend.drain(sharing.digest(message).hex(), resolve_now(now), drained=drained)
@@ -140,7 +141,7 @@ class KeyActions:
         def matches(entry: bytes) -> bool:
             return entry == only if only is not None else entry[:DIGEST_SIZE] == credential
 
-        self._forget_local(matches)
+        self._forget_local(provider, matches)
         sharing = self._state.shared
         if sharing is not None:  # no lock across the round trip
             shared_scope = None if scoped is None else sharing.digest(scoped).hex()
@@ -173,7 +174,7 @@ class KeyActions:
                 sharing.backend.forget_quota(shared_id, current_time)
                 lifted = True
         if lifted:
-            self._state.waiters.notify()
+            self._state.changed(Event("quota_lifted", provider))
         return lifted
 
     def share_reading(self, provider: str, key: str, reading: Reading) -> None:
@@ -207,13 +208,13 @@ class KeyActions:
         taken = sharing.backend.take_lease("usage:" + shared_id, seconds, resolve_now(now))
         return taken is not False
 
-    def _forget_local(self, matches: Callable[[bytes], bool]) -> None:
+    def _forget_local(self, provider: str, matches: Callable[[bytes], bool]) -> None:
         with self._state.lock:
             for entry in [entry for entry in self._state.deadlines if matches(entry)]:
                 self._state.schedule.discard(entry)
             self._state.admission.forget(matches)
             self._state.quota.forget(matches)
-        self._state.waiters.notify()  # a key may be free now: its waiters need not sleep it out
+        self._state.changed(Event("cleared", provider))  # its waiters need not sleep it out
 
     def _follow_clears(
         self, sharing: Sharing, provider: str, keys: list[str], clears: Mapping[str, float]
@@ -238,5 +239,5 @@ class KeyActions:
             followed.add(self._state.digest(message))
             keys_followed.append(key)
         if followed:
-            self._forget_local(lambda entry: entry[:DIGEST_SIZE] in followed)
+            self._forget_local(provider, lambda entry: entry[:DIGEST_SIZE] in followed)
         return keys_followed

@@ -9,6 +9,7 @@ from ..forksafe import new_lock
 from .admission import Admission
 from .backend import Sharing
 from .budget import SCOPES_PER_CREDENTIAL, ScopeBudget
+from .events import Event
 from .foreign import ForeignEntries
 from .quota_marks import QuotaMarks
 from .schedule import DeadlineSchedule
@@ -45,6 +46,11 @@ class StoreState:
         self.exhausted_total = 0
         self.capacity_rejections_total = 0
         self.probes_total = 0
+
+    def changed(self, event: Event) -> None:
+        """The one path of every change that may free a key: the waiters of its provider
+        (of every provider, without one) re-check at once. Called without the lock held."""
+        self.waiters.notify(event.provider)
 
     def _forgotten(self, entry: bytes) -> None:
         """An entry left the table (expired, cleared or dropped)."""

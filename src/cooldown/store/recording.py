@@ -13,6 +13,7 @@ from ..evidence.outcome import SPENT_WINDOW, UpstreamOutcome
 from ..evidence.quota import QUOTA_SPENT
 from .budget import DIGEST_SIZE
 from .ending import ending_attempt
+from .events import Event
 from .foreign import FOREIGN_DROPPED_WARNING
 from .parts import StoreState
 from .scope import CallScope
@@ -99,7 +100,7 @@ class Recording:
                 else:
                     escalated = len(parts) > 1
                     parts = parts[:1]  # escalated: shared as the credential-wide entry too
-        self._state.waiters.notify()  # a success may have reopened a key
+        self._state.changed(Event("recorded", provider))  # a success may have reopened a key
         sharing = self._state.shared
         if sharing is not None:
             shared_entry = b"".join(map(sharing.digest, parts)).hex()

@@ -71,13 +71,14 @@ class KeyWaiters:
             self._buckets = [0] * len(self._buckets)
             self._seconds_total = 0.0
 
-    def notify(self) -> None:
-        """A release or a record: the first waiter of each queue re-checks (cheap while none
-        waits)."""
+    def notify(self, provider: str | None = None) -> None:
+        """Something may have freed a key of `provider` (of any, for `None`): the first
+        waiter of each of its queues re-checks (cheap while none waits)."""
         if self.waiting:
             with self._lock:
-                for queue in self._queues.values():
-                    queue[0].notify()
+                for (waiting_for, _), queue in self._queues.items():
+                    if provider is None or waiting_for == provider:
+                        queue[0].notify()
 
     def leave(self, gone: threading.Event) -> None:
         """The waiter whose caller set `gone` wakes, to leave its queue at once."""
