@@ -29,7 +29,7 @@ from ..store.verdict import Verdict
 from ._common import CheckedEvidence, by_affinity, check_affinity, scoped_settings
 from .recording import AUTH_REST_SECONDS, THROTTLE_REST_SECONDS, KeyRecording
 from .request import Request
-from .rotation import Attempts, Steps, Taken, check_rotate_on, rotation
+from .rotation import DispatchPath, Steps, Taken, check_rotate_on, rotation
 
 __all__ = ["steps_for"]
 
@@ -153,14 +153,14 @@ def steps_for(pool: KeyRecording, request: Request) -> Steps:
     if request.quota_bucket is not None and scope:
         scope["quota_bucket"] = request.quota_bucket
     current = scoped_settings(pool.store, scope.get("model"), scope.get("quota_bucket"), provider)
-    attempts: Attempts
+    path: DispatchPath
     if current is None:
-        attempts = _LegacyDispatch(pool, request, scope)
+        path = _LegacyDispatch(pool, request, scope)
     else:
         pool._usage.start(pool)  # first use: its usage readers, if any, begin reading
-        attempts = _ScopedDispatch(pool, request, scope, current, cost)
+        path = _ScopedDispatch(pool, request, scope, current, cost)
     return rotation(
-        attempts,
+        path,
         rotate_on=rotate_on,
         retried=lambda: warn_sdk_retries(provider),
         read=evidence_reader(provider, advice),

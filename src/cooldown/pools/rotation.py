@@ -22,7 +22,7 @@ from ..evidence.advice import RecordingContext
 from ..evidence.answers import Answer, answer_raised, answer_returned
 from ..evidence.outcome import classify_status
 
-__all__ = ["ADMIT", "Attempts", "arotate", "check_rotate_on", "in_thread", "rotate", "rotation"]
+__all__ = ["ADMIT", "DispatchPath", "arotate", "check_rotate_on", "in_thread", "rotate", "rotation"]
 
 _Response = TypeVar("_Response")
 _T = TypeVar("_T")
@@ -45,7 +45,7 @@ Taken = tuple[str, Any]
 """A key to send with, and what must be ended when its attempt is over (or `None`)."""
 
 
-class Attempts(Protocol):
+class DispatchPath(Protocol):
     """What the loop asks of one dispatch's path (scoped, or legacy): admit a key, record
     what its answer said, end its attempt."""
 
@@ -70,7 +70,7 @@ def check_rotate_on(statuses: object) -> frozenset[int]:
 
 
 def rotation(
-    attempts: Attempts,
+    path: DispatchPath,
     *,
     rotate_on: frozenset[int],
     retried: Callable[[], None],
@@ -78,7 +78,7 @@ def rotation(
 ) -> Steps:
     """Every key at most once; the answer when it is not a key problem.
 
-    `attempts.admit` admits a key (on the scoped path it counts it in flight); `finish`
+    `path.admit` admits a key (on the scoped path it counts it in flight); `finish`
     ends each attempt whatever happens (`send` raising, the caller leaving, a 429 raised),
     told whether it was served and whether an answer came at all.
     `admit(tried)` after the first is the pool's next admission: on the scoped path it raises
@@ -90,7 +90,7 @@ def rotation(
     `retried` hears of an answer an SDK retried inside `send`; `read` turns an answer into
     the evidence recorded.
     """
-    admitted = attempts.admit(set())  # a CooldownError here propagates: nothing has been sent
+    admitted = path.admit(set())  # a CooldownError here propagates: nothing has been sent
     tried: set[str] = set()
     answer: Answer | None = None
     while admitted is not None:
@@ -102,17 +102,17 @@ def rotation(
             if answer.retried:
                 retried()
             evidence = read(answer)
-            attempts.record(admitted, answer, evidence)
+            path.record(admitted, answer, evidence)
             outcome = evidence.get("outcome") or classify_status(answer.status)
             served = outcome.provider_health == "success"  # even if its window is now spent
         finally:
-            attempts.finish(admitted, served, answered)
+            path.finish(admitted, served, answered)
         rotating = not served and outcome.credential_health in ("throttled", "rejected")
         if not rotating and answer.status not in rotate_on:
             return answer
         yield ADMIT  # the attempt is over: a driver may run the admission (and a wait) apart
         try:
-            admitted = attempts.admit(tried)
+            admitted = path.admit(tried)
         except ModelCooldownExhausted:
             if rotating:  # every key now cools: our 429 replaces the key's answer
                 raise
