@@ -49,9 +49,9 @@ class KeyWaiters:
     """The waiters of one store. `wait` runs `admit` again each time the waiter is first in
     its queue and something may have freed a key, until it admits or the deadline passes.
 
-    Each waiter sleeps on a condition of its own (over one lock): a release wakes only the
-    first waiter of each queue, and a waiter that leaves wakes the next, so thousands of
-    waiters cost a release no more than a few."""
+    Each waiter sleeps on a condition of its own (over one lock): an event wakes only the
+    first waiter of each queue of its provider, and a waiter that leaves wakes the next, so
+    thousands of waiters cost a release no more than a few."""
 
     def __init__(self) -> None:
         self._lock = new_lock(self)
