@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from .admission import Order
+from .admission import ORDERS, Order
 from .declared import DeclaredLimits
 
 __all__ = ["CallScope", "call_scope"]
@@ -34,12 +34,16 @@ class CallScope(NamedTuple):
     limits: DeclaredLimits | None = None  # what `register(limits=)` declared, checked
 
 
+_UNSET = {order: CallScope("", order=order) for order in ORDERS}
+"""The keywords of a call that passed none, by the method's default order."""
+
+
 def call_scope(provider: str | CallScope, keywords: CallScope, default_order: Order) -> CallScope:
     """A store method's scope: the `CallScope` the pools pass in `provider`'s place, or the
     one a direct caller's keywords build (`keywords`, its provider left empty); never both
     (that is a `TypeError`)."""
     if not isinstance(provider, CallScope):
         return keywords._replace(provider=provider)
-    if keywords != CallScope("", order=default_order):
+    if keywords != _UNSET[default_order]:
         raise TypeError("pass a CallScope or the scope's keywords, not both")
     return provider
