@@ -43,7 +43,7 @@ def call_scope(provider: str | CallScope, keywords: CallScope, default_order: Or
     one a direct caller's keywords build (`keywords`, its provider left empty); never both
     (that is a `TypeError`)."""
     if not isinstance(provider, CallScope):
-        return keywords._replace(provider=provider)
+        return CallScope(provider, *keywords[1:])  # cheaper than `_replace` on the hot path
     if keywords != _UNSET[default_order]:
         raise TypeError("pass a CallScope or the scope's keywords, not both")
     return provider
